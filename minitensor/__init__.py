@@ -1,0 +1,18 @@
+"""minitensor: a small, readable autograd engine on numpy tensors.
+
+    import minitensor as mt
+    x = mt.tensor([[1.0, 2.0]], requires_grad=True)
+    (x * x).sum().backward()      # x.grad == 2x
+"""
+from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
+from minitensor.ops import exp, log, masked_fill, matmul, relu, sqrt, tanh, where
+from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
+from minitensor.shape_ops import concat, split, stack
+from minitensor.tensor import Tensor, tensor
+
+__all__ = [
+    "Function", "Tensor", "tensor", "no_grad", "enable_grad", "is_grad_enabled",
+    "exp", "log", "sqrt", "tanh", "relu", "matmul", "where", "masked_fill",
+    "concat", "split", "stack",
+    "manual_seed", "default_generator", "get_rng_state", "set_rng_state",
+]

@@ -1,0 +1,159 @@
+"""A GPT-2-style transformer, readable top to bottom: the single-device reference that
+every parallel layout is checked against.
+
+    idx ─▶ tok_emb + pos_emb ─▶ dropout ─▶ n_layer × Block ─▶ ln_f ─▶ lm_head ─▶ logits
+    Block:  x = x + attn(ln_1(x));   x = x + mlp(ln_2(x))            (pre-LayerNorm)
+
+Parameter names (`blocks.0.attn.q.weight`, ...) are the public checkpoint format.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from minitensor import nn
+from minitensor.autograd import no_grad
+from minitensor.nn import functional as F
+from minitensor.random import default_generator
+from minitensor.tensor import DEFAULT_FLOAT, Tensor
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    dropout: float = 0.0
+    causal: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GPTConfig: {name} must be ≥ 1, got {getattr(self, name)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"GPTConfig: d_model {self.d_model} is not divisible by n_head {self.n_head}")
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def split_heads(x, n_head):
+    """(B, T, n_head·d) → (B, n_head, T, d)."""
+    b, t, c = x.shape
+    return x.reshape(b, t, n_head, c // n_head).transpose(1, 2)
+
+
+def merge_heads(x):
+    """(B, n_head, T, d) → (B, T, n_head·d)."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+def attend(q, k, v, n_head, causal, dropout_p, training):
+    """Multi-head attention on projected q, k, v of shape (B, T, n_head·d)."""
+    heads = F.scaled_dot_product_attention(
+        split_heads(q, n_head), split_heads(k, n_head), split_heads(v, n_head),
+        causal=causal, dropout_p=dropout_p, training=training,
+    )
+    return merge_heads(heads)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        d = config.d_model
+        self.n_head, self.causal, self.dropout = config.n_head, config.causal, config.dropout
+        self.q, self.k, self.v = (nn.Linear(d, d, dtype=dtype) for _ in range(3))
+        self.proj = nn.Linear(d, d, dtype=dtype)
+        self.resid_drop = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        y = attend(self.q(x), self.k(x), self.v(x), self.n_head, self.causal, self.dropout, self.training)
+        return self.resid_drop(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        d = config.d_model
+        self.fc = nn.Linear(d, 4 * d, dtype=dtype)
+        self.proj = nn.Linear(4 * d, d, dtype=dtype)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model, dtype=dtype)
+        self.attn = SelfAttention(config, dtype)
+        self.ln_2 = nn.LayerNorm(config.d_model, dtype=dtype)
+        self.mlp = MLP(config, dtype)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model, dtype=dtype)
+        self.pos_emb = nn.Embedding(config.block_size, config.d_model, dtype=dtype)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, dtype) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model, dtype=dtype)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=dtype)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """GPT-2 init: N(0, 0.02) weights, zero biases, residual projections scaled by
+        1/√(2·n_layer) so the residual stream's variance does not grow with depth."""
+        rng = default_generator()
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                p.data[...] = 0
+            elif name.endswith("weight") and ".ln_" not in name and not name.startswith("ln_"):
+                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
+                p.data[...] = rng.standard_normal(p.shape) * std
+
+    def embed(self, idx):
+        """Token + position embeddings of integer `idx` (B, T), then dropout."""
+        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
+        t = idx.shape[-1]
+        if t > self.config.block_size:
+            raise ValueError(f"GPT: sequence length {t} exceeds block_size {self.config.block_size}")
+        return self.drop(self.tok_emb(idx) + self.pos_emb(np.arange(t)))
+
+    def head(self, x, targets=None):
+        """Final LayerNorm and lm_head; with targets, also the mean cross-entropy."""
+        logits = self.lm_head(self.ln_f(x))
+        return logits, (F.cross_entropy(logits, targets) if targets is not None else None)
+
+    def forward(self, idx, targets=None):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x, targets)
+
+    @no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, greedy=False, generator=None):
+        """Extend `idx` (B, T) by sampling one token at a time from the model."""
+        rng = generator if generator is not None else default_generator()
+        idx = np.asarray(idx)
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.config.block_size:])
+            last = logits.data[:, -1, :].astype(np.float64) / max(temperature, 1e-8)
+            if greedy:
+                nxt = last.argmax(axis=-1)
+            else:
+                p = np.exp(last - last.max(axis=-1, keepdims=True))
+                p /= p.sum(axis=-1, keepdims=True)
+                nxt = np.array([rng.choice(len(row), p=row) for row in p])
+            idx = np.concatenate([idx, nxt[:, None]], axis=1)
+        return idx

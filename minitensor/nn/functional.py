@@ -1,0 +1,203 @@
+"""Fused, numerically stable ops: each reads like the math, with its derivative beside it."""
+import math
+
+import numpy as np
+
+from minitensor import ops
+from minitensor.autograd import Function
+from minitensor.random import default_generator
+from minitensor.tensor import Tensor
+
+
+class Linear(Function):
+    """y = x Wᵀ + b over the last axis, as one GEMM on x reshaped to 2-D."""
+
+    def forward(self, x, weight, bias=None):
+        x2 = x.reshape(-1, x.shape[-1])
+        self.save_for_backward(x2, weight)
+        self.x_shape, self.has_bias = x.shape, bias is not None
+        y = x2 @ weight.T
+        if bias is not None:
+            y += bias
+        return y.reshape(*x.shape[:-1], weight.shape[0])
+
+    def backward(self, grad):
+        x2, weight = self.saved
+        g2 = grad.reshape(-1, grad.shape[-1])
+        grads = ((g2 @ weight).reshape(self.x_shape), g2.T @ x2)  # dx = dy W, dW = dyᵀ x
+        return grads + (g2.sum(axis=0),) if self.has_bias else grads
+
+
+class Softmax(Function):
+    """y = exp(x − max) / Σ exp(x − max).  dx = y ⊙ (dy − Σ dy⊙y)."""
+
+    def forward(self, x, axis):
+        self.axis = axis
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        self.y = e / e.sum(axis=axis, keepdims=True)
+        return self.y
+
+    def backward(self, grad):
+        y = self.y
+        return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
+
+
+def _log_softmax(x, axis):
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """y = x − logsumexp(x).  dx = dy − softmax(x)·Σ dy."""
+
+    def forward(self, x, axis):
+        self.axis = axis
+        self.y = _log_softmax(x, axis)
+        return self.y
+
+    def backward(self, grad):
+        return grad - np.exp(self.y) * grad.sum(axis=self.axis, keepdims=True)
+
+
+class LayerNorm(Function):
+    """y = x̂·w + b with x̂ = (x − μ)/σ over the last axis.
+
+    With g = dy·w: dx = (g − mean(g) − x̂·mean(g·x̂)) / σ; dw = Σ dy·x̂; db = Σ dy.
+    """
+
+    def forward(self, x, weight, bias, eps):
+        mu = x.mean(axis=-1, keepdims=True)
+        centered = x - mu
+        rstd = 1.0 / np.sqrt((centered * centered).mean(axis=-1, keepdims=True) + eps)
+        xhat = centered * rstd
+        self.save_for_backward(xhat, rstd, weight)
+        return xhat * weight + bias
+
+    def backward(self, grad):
+        xhat, rstd, weight = self.saved
+        g = grad * weight
+        dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+        lead = tuple(range(grad.ndim - 1))
+        return dx, (grad * xhat).sum(axis=lead), grad.sum(axis=lead)
+
+
+class CrossEntropy(Function):
+    """Mean over counted tokens of −log softmax(logits)[target].
+
+    d/dlogits = (softmax − onehot(target)) / n_counted, zero on ignored tokens.
+    """
+
+    def forward(self, logits, targets, ignore_index):
+        logits2 = logits.reshape(-1, logits.shape[-1])
+        targets = targets.reshape(-1)
+        counted = targets != ignore_index
+        safe = np.where(counted, targets, 0)
+        logp = _log_softmax(logits2, axis=-1)
+        self.n = max(int(counted.sum()), 1)
+        self.save_for_backward(logp, safe, counted)
+        self.shape = logits.shape
+        picked = logp[np.arange(len(safe)), safe]
+        return np.asarray(-(picked * counted).sum() / self.n, dtype=logits.dtype)
+
+    def backward(self, grad):
+        logp, safe, counted = self.saved
+        d = np.exp(logp)
+        d[np.arange(len(safe)), safe] -= 1
+        d *= (counted * (grad / self.n))[:, None]
+        return d.reshape(self.shape)
+
+
+class Embedding(Function):
+    """Row lookup `weight[idx]`; the gradient of a row adds up over its uses."""
+
+    def forward(self, weight, idx):
+        self.idx, self.shape = idx, weight.shape
+        return weight[idx]
+
+    def backward(self, grad):
+        dw = np.zeros(self.shape, grad.dtype)
+        np.add.at(dw, self.idx.reshape(-1), grad.reshape(-1, self.shape[1]))
+        return dw
+
+
+def linear(x, weight, bias=None):
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
+    return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
+
+
+def softmax(x, axis=-1):
+    return Softmax.apply(x, axis=axis)
+
+
+def log_softmax(x, axis=-1):
+    return LogSoftmax.apply(x, axis=axis)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
+        raise ValueError(f"layer_norm: input {x.shape} needs weight and bias of shape {x.shape[-1:]}, "
+                         f"got {weight.shape} and {bias.shape}")
+    return LayerNorm.apply(x, weight, bias, eps=eps)
+
+
+def _index_array(idx):
+    idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+    return idx
+
+
+def cross_entropy(logits, targets, ignore_index=-100):
+    """Mean cross-entropy of `logits (..., V)` against integer `targets (...)`."""
+    targets = _index_array(targets)
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, "
+                         f"got {targets.shape}")
+    return CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index)
+
+
+def embedding(idx, weight):
+    idx = _index_array(idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
+        raise IndexError(f"embedding: indices range [{idx.min()}, {idx.max()}] outside [0, {weight.shape[0]})")
+    return Embedding.apply(weight, idx=idx)
+
+
+def dropout(x, p=0.5, training=True, generator=None):
+    """Zero each element with probability p and scale the rest by 1/(1−p).
+
+    The mask comes from `generator` (default: this thread's seeded generator), so a
+    run is deterministic for a given seed.
+    """
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    rng = generator if generator is not None else default_generator()
+    keep = rng.random(x.shape) >= p
+    return x * Tensor((keep / (1.0 - p)).astype(x.dtype))
+
+
+def _causal_mask(t_q, t_k):
+    """True above the diagonal: query i may not look at keys after position i."""
+    return np.triu(np.ones((t_q, t_k), dtype=bool), k=1 + t_k - t_q)
+
+
+def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=True, generator=None):
+    """softmax(q kᵀ / √d [+ causal mask]) v over the last two axes of (..., T, d) inputs."""
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.swapaxes(-1, -2)
+    if causal:
+        scores = ops.masked_fill(scores, _causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
+    weights = dropout(softmax(scores, axis=-1), dropout_p, training, generator)
+    return weights @ v
+
+
+def gelu(x):
+    return ops.gelu(x)
+
+
+def relu(x):
+    return ops.relu(x)

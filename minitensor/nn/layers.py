@@ -1,0 +1,72 @@
+"""The layers a GPT needs, with PyTorch's parameter shapes, names and default inits."""
+import math
+
+import numpy as np
+
+from minitensor.nn import functional as F
+from minitensor.nn.module import Module, Parameter
+from minitensor.random import default_generator
+from minitensor.tensor import DEFAULT_FLOAT
+
+
+def uniform(shape, bound, dtype=DEFAULT_FLOAT, generator=None):
+    """U(−bound, bound), drawn in float64 then cast, so every dtype sees the same values."""
+    rng = generator if generator is not None else default_generator()
+    return rng.uniform(-bound, bound, size=shape).astype(dtype)
+
+
+def normal(shape, std, dtype=DEFAULT_FLOAT, generator=None):
+    rng = generator if generator is not None else default_generator()
+    return (rng.standard_normal(size=shape) * std).astype(dtype)
+
+
+class Linear(Module):
+    """y = x Wᵀ + b, weight (out, in). Init as PyTorch: U(±1/√in) for weight and bias."""
+
+    def __init__(self, in_features, out_features, bias=True, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1 / math.sqrt(in_features)
+        self.weight = Parameter(uniform((out_features, in_features), bound, dtype))
+        self.bias = Parameter(uniform((out_features,), bound, dtype)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class Embedding(Module):
+    """A table of `num_embeddings` rows of size `embedding_dim`, init N(0, 1)."""
+
+    def __init__(self, num_embeddings, embedding_dim, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.weight = Parameter(normal((num_embeddings, embedding_dim), 1.0, dtype))
+
+    def forward(self, idx):
+        return F.embedding(idx, self.weight)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.eps = eps
+        self.weight = Parameter(np.ones(normalized_shape, dtype))
+        self.bias = Parameter(np.zeros(normalized_shape, dtype))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class Dropout(Module):
+    """Active only in training mode; masks come from `generator` (default: thread's seeded one)."""
+
+    def __init__(self, p=0.5, generator=None):
+        super().__init__()
+        self.p, self.generator = p, generator
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training, self.generator)
+
+
+class GELU(Module):
+    def forward(self, x):
+        return F.gelu(x)

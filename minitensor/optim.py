@@ -1,0 +1,101 @@
+"""Optimizers. The update rules are plain functions on numpy arrays, updated in place,
+so a sharded optimizer (ZeRO) applies exactly the same arithmetic to its shard."""
+import numpy as np
+
+
+def sgd_update(param, grad, momentum_buffer, lr, momentum, weight_decay):
+    """p ← p − lr·v with v ← μ·v + (g + λ·p) (PyTorch's SGD, dampening 0)."""
+    if weight_decay:
+        grad = grad + weight_decay * param
+    if momentum_buffer is not None:
+        momentum_buffer *= momentum
+        momentum_buffer += grad
+        grad = momentum_buffer
+    param -= lr * grad
+
+
+def adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+    """One AdamW step (Loshchilov & Hutter, Alg. 2), bias-corrected, decay decoupled.
+
+    p ← p·(1 − lr·λ) − lr·m̂/(√v̂ + ε), m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ).
+    """
+    param *= 1 - lr * weight_decay
+    exp_avg *= beta1
+    exp_avg += (1 - beta1) * grad
+    exp_avg_sq *= beta2
+    exp_avg_sq += (1 - beta2) * grad * grad
+    denom = np.sqrt(exp_avg_sq / (1 - beta2**step))
+    denom += eps
+    param -= (lr / (1 - beta1**step)) * exp_avg / denom
+
+
+class Optimizer:
+    """Holds the parameter list and per-parameter state (keyed by position)."""
+
+    def __init__(self, params, defaults):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        self.defaults = dict(defaults)
+        self.state = {}
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def trainable(self):
+        """(index, parameter) for every parameter that has a gradient this step."""
+        return [(i, p) for i, p in enumerate(self.params) if p.requires_grad and p.grad is not None]
+
+    def state_dict(self):
+        return {
+            "defaults": dict(self.defaults),
+            "state": {i: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in s.items()}
+                      for i, s in self.state.items()},
+        }
+
+    def load_state_dict(self, state_dict):
+        for i, s in state_dict["state"].items():
+            i = int(i)
+            if i >= len(self.params):
+                raise ValueError(f"optimizer state for parameter {i}, but only {len(self.params)} parameters")
+            for k, v in s.items():
+                if isinstance(v, np.ndarray) and v.shape != self.params[i].shape:
+                    raise ValueError(f"optimizer state '{k}' of parameter {i} has shape {v.shape}, "
+                                     f"parameter has {self.params[i].shape}")
+        self.defaults.update(state_dict["defaults"])
+        self.state = {int(i): {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in s.items()}
+                      for i, s in state_dict["state"].items()}
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-2, momentum=0.0, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    def step(self):
+        d = self.defaults
+        for i, p in self.trainable():
+            buf = None
+            if d["momentum"]:
+                buf = self.state.setdefault(i, {}).get("momentum_buffer")
+                if buf is None:  # zeros: the first update leaves v = g, as PyTorch does
+                    buf = self.state[i]["momentum_buffer"] = np.zeros_like(p.data)
+            sgd_update(p.data, p.grad, buf, d["lr"], d["momentum"], d["weight_decay"])
+
+
+class AdamW(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def step(self):
+        d = self.defaults
+        for i, p in self.trainable():
+            s = self.state.setdefault(i, {"step": 0, "exp_avg": np.zeros_like(p.data),
+                                          "exp_avg_sq": np.zeros_like(p.data)})
+            s["step"] += 1
+            adamw_update(p.data, p.grad, s["exp_avg"], s["exp_avg_sq"], s["step"], d["lr"], *d["betas"],
+                         d["eps"], d["weight_decay"])
+
+    def state_bytes(self):
+        """Bytes held by the optimizer states (for comparing with ZeRO's shards)."""
+        return sum(v.nbytes for s in self.state.values() for v in s.values() if isinstance(v, np.ndarray))

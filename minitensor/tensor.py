@@ -1,0 +1,204 @@
+"""`Tensor`: one numpy array, an optional gradient, and the node that produced it."""
+import numpy as np
+
+from minitensor import autograd
+
+DEFAULT_FLOAT = np.float32
+
+
+def _as_array(data, dtype=None):
+    """numpy arrays keep their dtype; Python floats become float32, ints int64."""
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        return np.asarray(data, dtype=dtype)
+    array = np.asarray(data)
+    if not isinstance(data, np.ndarray) and array.dtype == np.float64:
+        array = array.astype(DEFAULT_FLOAT)
+    return array
+
+
+class Tensor:
+    """A numpy array (`.data`) that can record the ops applied to it.
+
+    `.grad` is a plain numpy array (or None) so that communication code can reduce
+    it in place. Only floating-point tensors can require a gradient.
+    """
+
+    __array_priority__ = 1000  # `ndarray * Tensor` defers to Tensor.__rmul__
+
+    def __init__(self, data, requires_grad=False):
+        self.data = data if isinstance(data, np.ndarray) else _as_array(data)
+        self.grad = None
+        self._node = None
+        self._hooks = []
+        self.requires_grad = requires_grad
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if flag and not np.issubdtype(self.data.dtype, np.floating):
+            raise TypeError(f"only floating-point tensors can require grad, got dtype {self.data.dtype}")
+        self._requires_grad = bool(flag)
+
+    # ---- array facts -------------------------------------------------------------
+    shape = property(lambda self: self.data.shape)
+    ndim = property(lambda self: self.data.ndim)
+    dtype = property(lambda self: self.data.dtype)
+    size = property(lambda self: self.data.size)
+    T = property(lambda self: self.transpose())
+    is_leaf = property(lambda self: self._node is None)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __repr__(self):
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"tensor({np.array2string(self.data, precision=4, separator=', ')}, dtype={self.dtype}{grad})"
+
+    def numpy(self):
+        return self.data
+
+    def item(self):
+        return self.data.item()
+
+    def detach(self):
+        return Tensor(self.data)
+
+    def astype(self, dtype):
+        return Tensor(self.data.astype(dtype), requires_grad=self.requires_grad)
+
+    # ---- autograd ----------------------------------------------------------------
+    def backward(self, grad=None, retain_graph=False):
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad (no graph behind it)")
+        if grad is None:
+            if self.size != 1:
+                raise RuntimeError(
+                    f"backward() without a gradient needs a scalar output; this tensor has shape {self.shape}"
+                )
+            grad = np.ones_like(self.data)
+        grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad, dtype=self.dtype)
+        autograd.check_grad_shape(self, grad, "backward()")
+        autograd.run_backward(self, grad, retain_graph=retain_graph)
+
+    def _accumulate_grad(self, grad):
+        """Add into `.grad` in place (the first gradient is copied: it may alias others)."""
+        if self.grad is None:
+            self.grad = np.array(grad, dtype=self.dtype, copy=True)
+        else:
+            self.grad += grad
+        for hook in self._hooks:
+            hook(self)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call `hook(tensor)` each time backward has finished accumulating `.grad`."""
+        self._hooks.append(hook)
+        return _HookHandle(self._hooks, hook)
+
+    # ---- operators (the ops themselves live in minitensor.ops / shape_ops) -------------
+    def __add__(self, other):
+        return ops.add(self, other)
+
+    def __radd__(self, other):
+        return ops.add(other, self)
+
+    def __sub__(self, other):
+        return ops.sub(self, other)
+
+    def __rsub__(self, other):
+        return ops.sub(other, self)
+
+    def __mul__(self, other):
+        return ops.mul(self, other)
+
+    def __rmul__(self, other):
+        return ops.mul(other, self)
+
+    def __truediv__(self, other):
+        return ops.div(self, other)
+
+    def __rtruediv__(self, other):
+        return ops.div(other, self)
+
+    def __pow__(self, exponent):
+        return ops.pow(self, exponent)
+
+    def __neg__(self):
+        return ops.neg(self)
+
+    def __matmul__(self, other):
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return ops.matmul(other, self)
+
+    def __getitem__(self, index):
+        return shape_ops.getitem(self, index)
+
+    def sum(self, axis=None, keepdims=False):
+        return ops.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return ops.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return ops.max(self, axis, keepdims)
+
+    def exp(self):
+        return ops.exp(self)
+
+    def log(self):
+        return ops.log(self)
+
+    def sqrt(self):
+        return ops.sqrt(self)
+
+    def tanh(self):
+        return ops.tanh(self)
+
+    def relu(self):
+        return ops.relu(self)
+
+    def gelu(self):
+        return ops.gelu(self)
+
+    def reshape(self, *shape):
+        return shape_ops.reshape(self, *shape)
+
+    view = reshape
+
+    def transpose(self, *axes):
+        return shape_ops.transpose(self, *axes)
+
+    def permute(self, *axes):
+        return shape_ops.permute(self, *axes)
+
+    def swapaxes(self, axis1, axis2):
+        return shape_ops.swapaxes(self, axis1, axis2)
+
+    def split(self, split_size_or_sections, axis=0):
+        return shape_ops.split(self, split_size_or_sections, axis)
+
+    def masked_fill(self, mask, value):
+        return ops.masked_fill(self, mask, value)
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def tensor(data, requires_grad=False, dtype=None):
+    """Make a tensor from array-like data (copied), like `torch.tensor`."""
+    return Tensor(np.array(_as_array(data, dtype), copy=True), requires_grad=requires_grad)
+
+
+from minitensor import ops, shape_ops  # noqa: E402  (ops need Tensor defined first)

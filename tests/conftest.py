@@ -1,0 +1,17 @@
+"""Shared pytest configuration: one hypothesis profile for the whole suite.
+
+The suite must finish in minutes on a 2-core laptop, so property tests draw a
+modest number of examples; `HYPOTHESIS_PROFILE=thorough` draws many more.
+"""
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", max_examples=300, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
