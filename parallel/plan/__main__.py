@@ -1,0 +1,149 @@
+"""python -m parallel.plan: rank the dp × tp × pp layouts of a model on some devices.
+
+    python -m parallel.plan --config medium --devices 4 --mem-per-device 8GB --batch 32
+    python -m parallel.plan --config gpt3-175b --devices 1024 --device a100-80gb --batch 1536
+    python -m parallel.plan --n-layer 24 --d-model 1024 --n-head 16 --vocab 50257 --seq 1024 \\
+        --devices 16 --device v100-32gb --batch 256 --explain 1
+    python -m parallel.plan --calibrate
+"""
+import argparse
+import re
+import sys
+from dataclasses import replace
+
+from .layout import PRECISIONS, SCHEDULES
+from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
+from .profiles import load_profile, packaged_profiles
+from .search import plan
+
+UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+DIMS = {"vocab": "vocab_size", "seq": "block_size", "n_layer": "n_layer",
+        "n_head": "n_head", "d_model": "d_model"}
+
+
+def parse_size(text):
+    """'8GB' -> 8e9 bytes, '8GiB' -> 8·2³⁰ bytes, '512MiB', '1e9'."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?I?B?)\s*", text.upper())
+    if not match or match.group(2) not in UNITS:
+        raise argparse.ArgumentTypeError(f"cannot read memory size {text!r} (try 8GB or 8GiB)")
+    return int(float(match.group(1)) * UNITS[match.group(2)])
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m parallel.plan",
+        description="Rank data × tensor × pipeline parallel layouts by estimated step time.")
+    parser.add_argument("--config", choices=sorted(CONFIGS), help="named model config")
+    parser.add_argument("--n-layer", type=int, help="number of transformer blocks")
+    parser.add_argument("--d-model", type=int, help="hidden size h")
+    parser.add_argument("--n-head", type=int, help="attention heads a")
+    parser.add_argument("--vocab", type=int, help="vocabulary size V")
+    parser.add_argument("--seq", type=int, help="sequence length s (block_size)")
+    parser.add_argument("--batch", type=int, help="global batch in sequences per step "
+                        "(default: the named config's usual batch)")
+    parser.add_argument("--devices", type=int, default=1, help="number of devices (ranks)")
+    parser.add_argument("--device", default="laptop-cpu", help="device profile: one of "
+                        f"{', '.join(packaged_profiles())}, a calibrated name, or a JSON path")
+    parser.add_argument("--mem-per-device", type=parse_size,
+                        help="memory per device, e.g. 8GB or 8GiB (default: the profile's)")
+    parser.add_argument("--dtype", choices=["auto", *PRECISIONS], default="auto",
+                        help="float32, float64, or mixed (16-bit with fp32 master + states); "
+                        "auto = mixed if the device has 16-bit flops, else float32")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
+                        help="pipeline schedule: sets the micro-batches in flight per stage")
+    parser.add_argument("--allow-inter-node-tp", action="store_true",
+                        help="also try tp larger than the devices per node")
+    parser.add_argument("--top", type=int, default=10, help="rows of the ranked table")
+    parser.add_argument("--explain", type=int, metavar="RANK",
+                        help="print the derivation of the table row RANK (1 = best)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure this machine and write a laptop-cpu-calibrated profile")
+    parser.add_argument("--output", help="where --calibrate writes (default: the cache dir)")
+    return parser
+
+
+def model_config(args, parser):
+    given = {field: getattr(args, arg) for arg, field in DIMS.items() if getattr(args, arg)}
+    if args.config:
+        return replace(get_config(args.config), **given)
+    if len(given) < len(DIMS):
+        missing = [f"--{arg.replace('_', '-')}" for arg, f in DIMS.items() if f not in given]
+        parser.error(f"give --config or all model dims; missing {' '.join(missing)}")
+    return GPTConfig(**given)
+
+
+def resolve_dtype(name, profile):
+    if name != "auto":
+        return name
+    sixteen_bit = {"bfloat16", "float16"} & set(profile["peak_flops"])
+    return "mixed" if sixteen_bit else "float32"
+
+
+def gib(nbytes):
+    return f"{nbytes / 2**30:.3g}"
+
+
+def format_table(estimates):
+    header = ("#", "layout", "m", "flags", "params", "grads", "optim", "activ", "mem GiB",
+              "compute", "comm", "bubble", "step s", "reason")
+    rows = [header]
+    for index, est in enumerate(estimates, 1):
+        mem, time = est.memory, est.time
+        rows.append((str(index), est.layout.name(), str(est.layout.micro_batches),
+                     est.layout.flags(), gib(mem["params"]), gib(mem["grads"]),
+                     gib(mem["optim"]), gib(mem["activations"]), gib(mem["total"]),
+                     f"{time['compute']:.3g}", f"{time['comm']:.3g}", f"{time['bubble']:.3g}",
+                     f"{time['total']:.4g}", est.reason()))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.calibrate:
+        from .calibrate import calibrate
+        calibrate(args.output)
+        return 0
+    config = model_config(args, parser)
+    if args.batch is None and args.config is None:
+        parser.error("--batch is required when the model is given by its dims")
+    batch = args.batch or DEFAULT_BATCH[args.config]
+    try:
+        profile = load_profile(args.device)
+        dtype = resolve_dtype(args.dtype, profile)
+        result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
+                      args.schedule, args.allow_inter_node_tp)
+    except ValueError as error:
+        parser.error(str(error))
+    precision = PRECISIONS[dtype]
+    limit = args.mem_per_device or profile["memory_gib"] * 2**30
+    print(f"model {config} = {dense_param_count(config):,} parameters")
+    print(f"{args.devices} × {profile['name']} ({gib(limit)} GiB each), global batch {batch}, "
+          f"schedule {args.schedule}")
+    print(f"dtype {dtype}: {precision.param_bytes} + {precision.grad_bytes} + "
+          f"{precision.optim_bytes} bytes per parameter (params + grads + AdamW"
+          f"{' with fp32 master' if dtype == 'mixed' else ''}), "
+          f"activations {precision.activation_bytes} bytes per element")
+    print(f"{len(result.ranked)} layouts fit; rejected: " +
+          (", ".join(f"{n} {why}" for why, n in result.rejected.items()) or "none"))
+    if result.smallest_rejected is not None:
+        best = result.smallest_rejected
+        print(f"  (smallest that did not fit: {best.layout.name()} m={best.layout.micro_batches}"
+              f" {best.layout.flags()} needs {gib(best.memory['total'])} GiB)")
+    if not result.ranked:
+        return 1
+    print(format_table(result.ranked[:args.top]))
+    if args.explain is not None:
+        if not 1 <= args.explain <= len(result.ranked):
+            parser.error(f"--explain {args.explain} is not a rank between 1 and "
+                         f"{len(result.ranked)}")
+        print(f"\nderivation of rank {args.explain}:")
+        print("\n".join("  " + line for line in result.ranked[args.explain - 1].lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Step time of one layout: compute, α–β communication and the pipeline bubble.
+
+Compute, per micro-batch of b sequences of s tokens (T = b·s) on one tp rank of
+stage i holding L_i blocks:
+    blocks:   L_i · (6·12·h²·T + 12·s·h·T) / tp      (matmuls fwd+bwd; attention
+                                                     QKᵀ and AV: 12·b·s²·h per block)
+              with checkpointing the block forward runs twice: 8·12·h²·T + 16·s·h·T
+    lm_head:  6·V·h·T / tp on the last stage
+Summed over stages this is 6·N·tokens + 12·n_layer·b·s²·h with N = 12·n_layer·h² + V·h
+(the weights that multiply activations; embedding lookups cost no flops).
+Seconds = flops / (peak flops of the dtype × the profile's efficiency).
+
+Communication, α latency per message and β = 1 / bandwidth seconds per byte, on the
+intra-node link when the whole group fits in one node, the inter-node link otherwise:
+    ring all-reduce                 2(n−1)(α + N/n·β)
+    all-gather, reduce-scatter      (n−1)(α + N/n·β)
+    send / recv                     α + N·β
+tp: 4 all-reduces of b·s·h per block per micro-batch (2 forward, 2 backward; +2 when
+    checkpointing recomputes the forward); sequence parallel turns each into an
+    all-gather + reduce-scatter of the same volume, hence the same time.
+pp: one send of b·s·h forward and one backward per micro-batch per stage.
+dp: one all-reduce of the rank's gradients per step (ZeRO-1: reduce-scatter of the
+    gradients + all-gather of the updated parameters).
+The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
+t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
+a fraction (p−1)/(m+p−1) of the pipelined time.
+"""
+from dataclasses import dataclass, field
+
+from .layout import get_precision
+from .memory import (block_activation_bytes, in_flight_micro_batches, micro_batch_size,
+                     peak_memory)
+from .model import param_count, stage_layers
+from .profiles import peak_flops
+
+
+def ring_all_reduce(n, nbytes, alpha, beta):
+    return 2 * (n - 1) * (alpha + nbytes / n * beta)
+
+
+def all_gather(n, nbytes, alpha, beta):
+    """Also the cost of a reduce-scatter of the same total size."""
+    return (n - 1) * (alpha + nbytes / n * beta)
+
+
+def send_recv(nbytes, alpha, beta):
+    return alpha + nbytes * beta
+
+
+def link(profile, stride, size):
+    """(kind, α seconds, β seconds/byte) for a group of `size` ranks `stride` apart."""
+    kind = "intra" if stride * size <= profile["devices_per_node"] else "inter"
+    figures = profile[kind]
+    return kind, figures["alpha_us"] * 1e-6, 1 / (figures["bandwidth_gbps"] * 1e9)
+
+
+def stage_flops(config, layers, tokens, tp, checkpoint, last):
+    """Training flops of one micro-batch on one tp rank of a stage (see module doc)."""
+    h, s = config.d_model, config.block_size
+    passes = 4 if checkpoint else 3        # forward = 1 pass, backward = 2 passes
+    block = passes * (2 * 12 * h * h * tokens + 4 * s * h * tokens)
+    head = 6 * config.vocab_size * h * tokens if last else 0
+    return (layers * block + head) / tp
+
+
+@dataclass
+class Estimate:
+    layout: object
+    memory: dict                 # bytes of the peak-memory stage: params, grads, optim, activations, total
+    memory_stage: int
+    time: dict                   # seconds: compute, comm, bubble, total
+    comm: dict                   # seconds per step: tp, pp, dp
+    lines: list = field(default_factory=list)
+
+    def reason(self):
+        shares = {"bubble": self.time["bubble"], **{f"{k} comm": v for k, v in self.comm.items()}}
+        worst = max(shares, key=shares.get)
+        pct = 100 * shares[worst] / self.time["total"]
+        return f"{worst} {pct:.2g}%" if pct else "no overhead"
+
+
+def estimate(config, layout, batch, profile, dtype="float32", balance=None):
+    """Memory and step time of `layout` training `config` on `batch` sequences per step."""
+    precision = get_precision(dtype)
+    b = micro_batch_size(batch, layout)
+    s, h, m, p = config.block_size, config.d_model, layout.micro_batches, layout.pp
+    tokens = b * s
+    flops_key, peak = peak_flops(profile, precision)
+    rate = peak * profile["efficiency"]
+    layers = stage_layers(config.n_layer, p, balance)
+    lines = [f"layout {layout.name()} m={m} flags={layout.flags()} dtype={dtype} "
+             f"device={profile['name']}",
+             f"micro-batch b = batch / (dp·m) = {batch} / ({layout.dp}·{m}) = {b}; "
+             f"T = b·s = {tokens} tokens; blocks per stage {layers}"]
+
+    activation = b * s * h * precision.activation_bytes
+    tp_kind, tp_alpha, tp_beta = link(profile, 1, layout.tp)
+    tp_collectives = (6 if layout.checkpoint else 4)
+    tp_one = ring_all_reduce(layout.tp, activation, tp_alpha, tp_beta)
+    pp_kind, pp_alpha, pp_beta = link(profile, layout.tp * layout.dp, p)
+    pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
+    lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
+                 f"= {rate:.3g} flop/s")
+    lines.append(f"activation message b·s·h·{precision.activation_bytes} B = {activation} B; "
+                 f"tp link {tp_kind}, pp link {pp_kind}")
+
+    stage_times = []
+    for stage, count in enumerate(layers):
+        flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1)
+        compute = flops / rate
+        tp_mb = count * tp_collectives * tp_one
+        stage_times.append((compute + tp_mb + pp_mb, compute, tp_mb))
+        lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
+                     f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "
+                     f"= {tp_mb:.4g} s; pp 2 × p2p = {pp_mb:.4g} s")
+    slowest = max(range(p), key=lambda i: stage_times[i][0])
+    t_stage, compute_mb, tp_mb = stage_times[slowest]
+
+    dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp)
+    grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
+        * precision.grad_bytes
+    if layout.zero:
+        dp_time = 2 * all_gather(layout.dp, grad_bytes, dp_alpha, dp_beta)
+        dp_how = "reduce-scatter + all-gather"
+    else:
+        dp_time = ring_all_reduce(layout.dp, grad_bytes, dp_alpha, dp_beta)
+        dp_how = "ring all-reduce"
+    lines.append(f"dp: {dp_how} of {grad_bytes} B over {layout.dp} ranks ({dp_kind}) "
+                 f"= {dp_time:.4g} s")
+
+    comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time}
+    time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": (p - 1) * t_stage}
+    time["total"] = sum(time.values())
+    lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
+                 f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}) + "
+                 f"{dp_time:.4g} = {time['comm']:.4g} s")
+    lines.append(f"bubble = (p−1)·t_stage = {p - 1}·{t_stage:.4g} = {time['bubble']:.4g} s "
+                 f"(fraction (p−1)/(m+p−1) = {(p - 1) / (m + p - 1):.3f} of the pipelined time)")
+    lines.append(f"step time = {time['total']:.4g} s")
+
+    stage, memory = peak_memory(config, layout, batch, dtype, balance)
+    lines += memory_lines(config, layout, b, stage, precision, balance)
+    lines.append(f"memory (stage {stage}, the largest): params {memory['params']} B, grads "
+                 f"{memory['grads']} B, optim {memory['optim']} B"
+                 f"{' (ZeRO-1: ceil(P/dp) elements)' if layout.zero else ''}, activations "
+                 f"{memory['activations']:.0f} B = {memory['total'] / 2**30:.4g} GiB")
+    return Estimate(layout, memory, stage, time, comm, lines)
+
+
+def memory_lines(config, layout, b, stage, precision, balance):
+    """How the peak stage's memory figures come about, for --explain."""
+    count = param_count(config, layout.tp, layout.pp, stage, balance)
+    layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
+    kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
+                                  layout.checkpoint, precision.name)
+    in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
+    s, h, a, t = config.block_size, config.d_model, config.n_head, layout.tp
+    if layout.checkpoint:
+        formula = f"2·s·b·h{'/t' if layout.sequence_parallel else ''} (block input only)"
+    elif layout.sequence_parallel:
+        formula = "s·b·h·(34 + 5·a·s/h)/t"
+    else:
+        formula = "s·b·h·(10 + 24/t + 5·a·s/(h·t))"
+    lines = [f"stage {stage} holds {count} parameters × ({precision.param_bytes} param + "
+             f"{precision.grad_bytes} grad + {precision.optim_bytes} optim) bytes"
+             f"{f', optim over dp={layout.dp}: ceil({count}/{layout.dp})' if layout.zero else ''}",
+             f"activations per block per micro-batch {formula} × {precision.activation_bytes}/2 "
+             f"with s={s} b={b} h={h} a={a} t={t} = {kept:.0f} B",
+             f"activations = {layers} blocks × {kept:.0f} B × {in_flight} micro-batches in flight "
+             f"({layout.schedule})"]
+    if layout.checkpoint:
+        lines.append("  + one block's full activations while it is recomputed")
+    return lines

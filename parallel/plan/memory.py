@@ -1,0 +1,104 @@
+"""Bytes one rank holds: parameters, gradients, optimizer states, activations.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models"), per block and micro-batch, at 2 bytes per element:
+    no tensor parallel:        s·b·h·(34 + 5·a·s/h)
+    tp = t:                    s·b·h·(10 + 24/t + 5·a·s/(h·t))   (LayerNorm and residual
+                                                                  parts stay replicated)
+    tp = t, sequence parallel: s·b·h·(34 + 5·a·s/h) / t
+    full checkpointing:        2·s·b·h (only the block input; / t with sequence parallel),
+                               plus one block's full activations while it is recomputed.
+The 34 counts 1-byte dropout masks the model here does not have, so the figure is a
+slight over-estimate. Other dtypes scale the formula by bytes/2. The last stage's
+logits are not counted.
+"""
+from .layout import get_precision
+from .model import param_count, stage_layers
+
+
+def _coords(rank_coords):
+    if isinstance(rank_coords, dict):
+        return rank_coords.get("dp", 0), rank_coords.get("tp", 0), rank_coords.get("pp", 0)
+    dp_rank, tp_rank, pp_rank = rank_coords
+    return dp_rank, tp_rank, pp_rank
+
+
+def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
+                         zero=False, balance=None):
+    """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
+
+    `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple or a dict with those keys.
+    ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state.
+    """
+    dp_rank, tp_rank, pp_rank = _coords(rank_coords)
+    for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
+        if not 0 <= index < size:
+            raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
+    precision = get_precision(dtype)
+    count = param_count(config, tp, pp, pp_rank, balance)
+    optim_count = -(-count // dp) if zero else count
+    return {"params": count * precision.param_bytes,
+            "grads": count * precision.grad_bytes,
+            "optim": optim_count * precision.optim_bytes}
+
+
+def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
+                           checkpoint=False, dtype="float32"):
+    """Activation bytes one block keeps for one micro-batch until its backward."""
+    s, b, h, a = config.block_size, micro_batch_size, config.d_model, config.n_head
+    scale = get_precision(dtype).activation_bytes / 2
+    if checkpoint:
+        return 2 * s * b * h / (tp if sequence_parallel else 1) * scale
+    attention_scores = 5 * a * s / h
+    if sequence_parallel:
+        return s * b * h * (34 + attention_scores) / tp * scale
+    return s * b * h * (10 + 24 / tp + attention_scores / tp) * scale
+
+
+def in_flight_micro_batches(schedule, micro_batches, pp, stage):
+    """Micro-batches whose activations a stage holds at its peak."""
+    if schedule == "gpipe":
+        return micro_batches
+    return min(micro_batches, pp - stage)
+
+
+def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="float32",
+                              balance=None):
+    """Peak activation bytes of a rank at pipeline `stage`."""
+    layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
+    kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
+                                  layout.checkpoint, dtype)
+    in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
+    total = layers * kept * in_flight
+    if layout.checkpoint:
+        total += block_activation_bytes(config, micro_batch_size, layout.tp,
+                                        layout.sequence_parallel, False, dtype)
+    return total
+
+
+def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32", balance=None):
+    """{"params", "grads", "optim", "activations", "total"} bytes of one rank."""
+    _, _, stage = _coords(rank_coords)
+    memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
+                                  layout.zero, balance)
+    memory["activations"] = activation_bytes_per_rank(
+        config, layout, micro_batch_size(batch, layout), stage, dtype, balance)
+    memory["total"] = sum(memory.values())
+    return memory
+
+
+def micro_batch_size(batch, layout):
+    """Sequences per micro-batch on one dp rank."""
+    per_step = layout.dp * layout.micro_batches
+    if batch % per_step:
+        raise ValueError(f"batch={batch} is not divisible by dp={layout.dp} × "
+                         f"micro_batches={layout.micro_batches}")
+    return batch // per_step
+
+
+def peak_memory(config, layout, batch, dtype="float32", balance=None):
+    """(stage, memory dict) of the pipeline stage with the largest total."""
+    per_stage = [memory_per_rank(config, layout, batch, (0, 0, stage), dtype, balance)
+                 for stage in range(layout.pp)]
+    stage = max(range(layout.pp), key=lambda i: per_stage[i]["total"])
+    return stage, per_stage[stage]

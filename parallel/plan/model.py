@@ -1,0 +1,118 @@
+"""The GPT-2 style model the planner reasons about, and its exact parameter counts.
+
+The architecture is fixed (see `minitensor.models`): token + learned position
+embeddings, `n_layer` pre-LN blocks, a final LayerNorm and an untied, bias-free
+`lm_head`. Counts here must equal the real sharded model's parameters exactly,
+rank by rank, so every sharding rule below mirrors the implementation:
+
+- tensor parallel (Megatron): `tok_emb` is vocab-parallel (rows split, vocab padded
+  up to a multiple of tp), `pos_emb` replicated; q, k, v and `mlp.fc` are
+  column-parallel (weight rows and bias split); `attn.proj` and `mlp.proj` are
+  row-parallel (weight columns split, bias replicated); LayerNorms replicated;
+  `lm_head` column-parallel over the padded vocab.
+- pipeline parallel: stage 0 holds the embeddings, the last stage holds `ln_f` and
+  `lm_head`; blocks are split by a balance list.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int
+    n_layer: int
+    n_head: int
+    d_model: int
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+
+
+# Named configs with the global batch (in sequences) each is usually trained with.
+CONFIGS = {
+    "small": GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128),
+    "medium": GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512),
+    "gpt2-124m": GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, d_model=768),
+    "gpt2-xl": GPTConfig(vocab_size=50257, block_size=1024, n_layer=48, n_head=25, d_model=1600),
+    "gpt3-175b": GPTConfig(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, d_model=12288),
+}
+DEFAULT_BATCH = {"small": 16, "medium": 8, "gpt2-124m": 512, "gpt2-xl": 512, "gpt3-175b": 1536}
+
+
+def get_config(name):
+    if name not in CONFIGS:
+        raise ValueError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}")
+    return CONFIGS[name]
+
+
+def padded_vocab(vocab_size, tp):
+    """Vocabulary rounded up to a multiple of tp, so every vocab shard has equal rows."""
+    return -(-vocab_size // tp) * tp
+
+
+def check_tp(config, tp):
+    if config.n_head % tp or (4 * config.d_model) % tp:
+        raise ValueError(
+            f"tp={tp} must divide n_head={config.n_head} and 4*d_model={4 * config.d_model}")
+
+
+def balanced_partition(n_layer, pp):
+    """Blocks per stage, as even as possible; earlier stages take the extra block."""
+    if not 1 <= pp <= n_layer:
+        raise ValueError(f"pp={pp} must be between 1 and n_layer={n_layer}")
+    base, extra = divmod(n_layer, pp)
+    return [base + (stage < extra) for stage in range(pp)]
+
+
+def stage_layers(n_layer, pp, balance=None):
+    """The balance list to use: the given one (checked) or the balanced default."""
+    if balance is None:
+        return balanced_partition(n_layer, pp)
+    balance = list(balance)
+    if len(balance) != pp or sum(balance) != n_layer or min(balance) < 1:
+        raise ValueError(f"balance={balance} must be {pp} positive counts summing to n_layer={n_layer}")
+    return balance
+
+
+def block_param_count(d_model, tp=1):
+    """Parameters of one transformer block on one tensor-parallel rank.
+
+    Dense (tp=1): 12 d² + 13 d.
+    """
+    d = d_model
+    layer_norms = 2 * (2 * d)                       # ln_1, ln_2: weight + bias, replicated
+    qkv = 3 * (d * d + d) // tp                     # column-parallel: rows and bias split
+    attn_proj = d * d // tp + d                     # row-parallel: columns split, bias whole
+    mlp_fc = (4 * d * d + 4 * d) // tp              # column-parallel
+    mlp_proj = 4 * d * d // tp + d                  # row-parallel
+    return layer_norms + qkv + attn_proj + mlp_fc + mlp_proj
+
+
+def param_count(config, tp=1, pp=1, stage=0, balance=None):
+    """Parameters held by one rank at pipeline `stage` of a tp × pp model (any dp)."""
+    check_tp(config, tp)
+    layers = stage_layers(config.n_layer, pp, balance)
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage={stage} out of range for pp={pp}")
+    d, vocab = config.d_model, padded_vocab(config.vocab_size, tp)
+    count = layers[stage] * block_param_count(d, tp)
+    if stage == 0:
+        count += vocab // tp * d + config.block_size * d    # tok_emb shard + pos_emb
+    if stage == pp - 1:
+        count += 2 * d + vocab // tp * d                    # ln_f + lm_head shard
+    return count
+
+
+def dense_param_count(config):
+    """All parameters of the single-device model (untied embeddings)."""
+    return param_count(config)
+
+
+def matmul_weight_count(config):
+    """Weights that multiply activations (every block Linear and lm_head): the N in 6·N·T."""
+    return config.n_layer * 12 * config.d_model ** 2 + config.vocab_size * config.d_model

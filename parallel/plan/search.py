@@ -1,0 +1,79 @@
+"""Enumerate every layout of a device count, drop what cannot run or fit, rank the rest.
+
+A layout is dp × tp × pp = devices with: tp dividing n_head (hence d_model and 4·d_model),
+tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
+dp·m. For each: every micro-batch count m, checkpointing on/off, sequence parallel
+on/off (only when tp > 1), ZeRO-1 on/off (only when dp > 1).
+"""
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import product
+
+from .cost import estimate
+from .layout import Layout
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class Plan:
+    ranked: list                        # Estimates that fit, fastest first
+    rejected: Counter = field(default_factory=Counter)   # reason -> count
+    smallest_rejected: object = None    # the Estimate that came closest to fitting
+
+
+def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejected):
+    """(dp, tp, pp) triples that satisfy the divisibility rules; count the others by rule."""
+    for tp in divisors(devices):
+        for pp in divisors(devices // tp):
+            dp = devices // (tp * pp)
+            if config.n_head % tp:
+                rejected[f"grids with n_head={config.n_head} not divisible by tp"] += 1
+            elif tp > devices_per_node and not allow_inter_node_tp:
+                rejected[f"grids with tp > {devices_per_node} devices per node"] += 1
+            elif pp > config.n_layer:
+                rejected[f"grids with pp > n_layer={config.n_layer}"] += 1
+            elif batch % dp:
+                rejected[f"grids with batch={batch} not divisible by dp"] += 1
+            else:
+                yield dp, tp, pp
+
+
+def candidate_layouts(dp, tp, pp, batch, schedule):
+    for m in divisors(batch // dp):
+        for checkpoint, sp, zero in product((False, True), repeat=3):
+            if (sp and tp == 1) or (zero and dp == 1):
+                continue
+            yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule)
+
+
+def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
+         schedule="1f1b", allow_inter_node_tp=False):
+    """All fitting layouts ranked by step time (then memory); rejections counted by reason."""
+    if devices < 1 or batch < 1:
+        raise ValueError(f"devices={devices} and batch={batch} must be positive")
+    limit = memory_bytes if memory_bytes is not None else profile["memory_gib"] * 2**30
+    result = Plan([])
+    for dp, tp, pp in grids(config, devices, batch, profile["devices_per_node"],
+                            allow_inter_node_tp, result.rejected):
+        for layout in candidate_layouts(dp, tp, pp, batch, schedule):
+            est = estimate(config, layout, batch, profile, dtype)
+            if est.memory["total"] <= limit:
+                result.ranked.append(est)
+                continue
+            result.rejected[f"candidates out of memory (> {limit / 2**30:.3g} GiB)"] += 1
+            if result.smallest_rejected is None or \
+                    est.memory["total"] < result.smallest_rejected.memory["total"]:
+                result.smallest_rejected = est
+    result.ranked.sort(key=rank_key)
+    return result
+
+
+def rank_key(est):
+    """Fastest first; among equal times the simplest (fewest flags, fewest micro-batches),
+    then the smallest memory: ZeRO-1 and extra micro-batches cost no modelled time, so
+    they are only worth it when needed to fit."""
+    flags = est.layout.checkpoint + est.layout.sequence_parallel + est.layout.zero
+    return float(f"{est.time['total']:.9g}"), flags, est.layout.micro_batches, est.memory["total"]
