@@ -1,0 +1,237 @@
+"""The `Group` interface: one communicator (`rank`, `size`) and its collectives.
+
+Every buffer is a numpy array of float32, float64, int32 or int64. Both
+backends (threads.py, mpi.py) inherit the public methods below, so argument
+checks, contiguous copies and the call accounting are written once; a backend
+only supplies the underscored primitives, which always receive C-contiguous,
+already validated buffers.
+
+Accounting: `stats()` maps each kind of call to its calls, elements and bytes
+*for this rank*, using the standard per-rank cost model of bandwidth-optimal
+algorithms on n = `size` ranks (the numbers nccl-tests and the ZeRO paper use):
+
+    all_reduce      elements of the buffer     bytes = 2(n-1)/n * buffer bytes
+    all_gather      elements of the gathered   bytes =  (n-1)/n * gathered bytes
+    reduce_scatter  elements of the unscattered bytes = (n-1)/n * unscattered bytes
+    broadcast       elements of the buffer     bytes = buffer bytes (0 if n == 1)
+    send, recv      elements of the message    bytes = message bytes
+    barrier, split  0                          bytes = 0
+
+Fractions round down to whole bytes. `isend`/`irecv` count as "send"/"recv",
+an `async_op` all-reduce as "all_reduce". `algorithm="ring"` is counted as
+one all_reduce with the formula above (which is exactly what the ring moves);
+its internal point-to-point messages are not counted again.
+"""
+import numpy as np
+
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+REDUCE_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+ALGORITHMS = ("builtin", "ring")
+# MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.
+TAG_UB = 32767
+RING_TAG = TAG_UB
+
+
+class Request:
+    """A pending operation; `wait()` completes it (once) and returns its buffer."""
+
+    def __init__(self, complete):
+        self._complete = complete
+        self._done = False
+        self._result = None
+
+    def wait(self):
+        if not self._done:
+            self._result = self._complete()
+            self._done = True
+        return self._result
+
+
+def check_buffer(arr, what, writeable=False):
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what} needs a numpy array, got {type(arr).__name__}")
+    if arr.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{what} does not support dtype {arr.dtype}; supported: {names}")
+    if writeable and not arr.flags.writeable:
+        raise ValueError(f"{what} writes into its buffer, but the array of shape {arr.shape} is read-only")
+
+
+def check_choice(value, choices, name, what):
+    if value not in choices:
+        raise ValueError(f"{what}: {name}={value!r} is not one of {choices}")
+
+
+def check_peer(peer, size, name, what):
+    if not isinstance(peer, (int, np.integer)) or not 0 <= peer < size:
+        raise ValueError(f"{what}: {name}={peer!r} is out of range for a group of size {size}")
+
+
+def check_tag(tag, what):
+    if not isinstance(tag, (int, np.integer)) or not 0 <= tag < TAG_UB:
+        raise ValueError(f"{what}: tag={tag!r} must be an int in [0, {TAG_UB})")
+
+
+def check_axis(axis, ndim, what):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{what}: axis={axis!r} is out of range for an array with {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def check_message(buf, shape, dtype, src, tag):
+    """The receive side's check, shared by both backends: the message must fit the buffer exactly."""
+    if tuple(shape) != buf.shape or np.dtype(dtype) != buf.dtype:
+        raise ValueError(
+            f"recv: the message from rank {src} (tag {tag}) has shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
+            f"but the receive buffer has shape {buf.shape} and dtype {buf.dtype}")
+
+
+def then(request, finish):
+    """A Request that waits for `request`, then returns `finish()`."""
+    def complete():
+        request.wait()
+        return finish()
+    return Request(complete)
+
+
+def copy_back(arr, work):
+    """Finish an in-place operation that ran on `work`, a contiguous copy of `arr` (or `arr` itself)."""
+    if work is not arr:
+        arr[...] = work
+    return arr
+
+
+class Group:
+    """One communicator: `rank` in [0, `size`) and numpy-buffer collectives (see the module docstring).
+
+    A backend subclass supplies, for C-contiguous validated buffers:
+    `_all_reduce(buf, op)`, `_iall_reduce(buf, op) -> Request`,
+    `_all_gather(buf, out)` with out of shape (size, *buf.shape),
+    `_reduce_scatter(blocks, out, op)` with blocks of shape (size, *out.shape),
+    `_broadcast(buf, root)`, `_barrier()`, `_split(color, key) -> Group`,
+    `_isend(buf, dst, tag) -> Request`, `_irecv(buf, src, tag) -> Request`
+    (whose wait() raises check_message's ValueError on a mismatched message).
+    """
+
+    backend = "abstract"
+
+    def __init__(self, rank, size):
+        self.rank = rank
+        self.size = size
+        self._stats = {}
+
+    def __repr__(self):
+        return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+    # --- accounting ---------------------------------------------------------------
+
+    def stats(self):
+        """kind -> {"calls", "elements", "bytes"} for this rank (a copy)."""
+        return {kind: dict(counts) for kind, counts in self._stats.items()}
+
+    def reset_stats(self):
+        self._stats = {}
+
+    def _count(self, kind, elements, nbytes):
+        counts = self._stats.setdefault(kind, {"calls": 0, "elements": 0, "bytes": 0})
+        counts["calls"] += 1
+        counts["elements"] += int(elements)
+        counts["bytes"] += int(nbytes)
+
+    # --- collectives --------------------------------------------------------------
+
+    def all_reduce(self, arr, op="sum", algorithm="builtin", async_op=False):
+        """Reduce `arr` elementwise over all ranks, in place; returns `arr` (or a Request if async_op)."""
+        check_buffer(arr, "all_reduce", writeable=True)
+        check_choice(op, tuple(REDUCE_UFUNCS), "op", "all_reduce")
+        check_choice(algorithm, ALGORITHMS, "algorithm", "all_reduce")
+        if async_op and algorithm != "builtin":
+            raise ValueError(f"all_reduce: async_op=True needs algorithm='builtin', got {algorithm!r}")
+        n = self.size
+        self._count("all_reduce", arr.size, 2 * (n - 1) * arr.nbytes // n)
+        work = np.ascontiguousarray(arr)
+        if async_op:
+            return then(self._iall_reduce(work, op), lambda: copy_back(arr, work))
+        if algorithm == "ring":
+            from .ring import ring_all_reduce
+            ring_all_reduce(self, work.reshape(-1), op)
+        else:
+            self._all_reduce(work, op)
+        return copy_back(arr, work)
+
+    def all_gather(self, arr, axis=0):
+        """A new array: every rank's `arr` concatenated along `axis`, in rank order."""
+        check_buffer(arr, "all_gather")
+        axis = check_axis(axis, arr.ndim, "all_gather")
+        n = self.size
+        self._count("all_gather", n * arr.size, (n - 1) * arr.nbytes)
+        stacked = np.empty((n,) + arr.shape, arr.dtype)
+        self._all_gather(np.ascontiguousarray(arr), stacked)
+        # (n, ..., s, ...) -> (..., n, s, ...) -> (..., n*s, ...): rank r's block lands at r*s.
+        shape = arr.shape[:axis] + (n * arr.shape[axis],) + arr.shape[axis + 1:]
+        return np.moveaxis(stacked, 0, axis).reshape(shape) if axis else stacked.reshape(shape)
+
+    def reduce_scatter(self, arr, axis=0, op="sum"):
+        """A new array: this rank's equal chunk along `axis` of the elementwise reduction of `arr`."""
+        check_buffer(arr, "reduce_scatter")
+        axis = check_axis(axis, arr.ndim, "reduce_scatter")
+        check_choice(op, tuple(REDUCE_UFUNCS), "op", "reduce_scatter")
+        n = self.size
+        if arr.shape[axis] % n:
+            raise ValueError(f"reduce_scatter: shape {arr.shape} has {arr.shape[axis]} entries along axis {axis}, "
+                             f"not divisible by the group size {n}")
+        self._count("reduce_scatter", arr.size, (n - 1) * arr.nbytes // n)
+        # Bring `axis` to the front so that rank r's chunk is the contiguous block r.
+        front = np.moveaxis(arr, axis, 0)
+        blocks = np.ascontiguousarray(front).reshape((n, front.shape[0] // n) + front.shape[1:])
+        chunk = np.empty(blocks.shape[1:], arr.dtype)
+        self._reduce_scatter(blocks, chunk, op)
+        return np.ascontiguousarray(np.moveaxis(chunk, 0, axis))
+
+    def broadcast(self, arr, root=0):
+        """Copy root's `arr` into every rank's `arr`, in place; returns `arr`."""
+        check_buffer(arr, "broadcast", writeable=True)
+        check_peer(root, self.size, "root", "broadcast")
+        self._count("broadcast", arr.size, arr.nbytes if self.size > 1 else 0)
+        work = np.ascontiguousarray(arr)
+        self._broadcast(work, int(root))
+        return copy_back(arr, work)
+
+    def barrier(self):
+        self._count("barrier", 0, 0)
+        self._barrier()
+
+    def split(self, color, key=None):
+        """A new Group of the ranks that pass the same `color`, ordered by `key` (default: this rank)."""
+        key = self.rank if key is None else key
+        for name, value in (("color", color), ("key", key)):
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"split: {name}={value!r} must be a non-negative int")
+        self._count("split", 0, 0)
+        return self._split(int(color), int(key))
+
+    # --- point to point -------------------------------------------------------------
+
+    def isend(self, arr, dst, tag=0):
+        """Start sending `arr` to rank `dst`; the Request's wait() returns once the message is matched."""
+        check_buffer(arr, "send")
+        check_peer(dst, self.size, "dst", "send")
+        check_tag(tag, "send")
+        self._count("send", arr.size, arr.nbytes)
+        work = np.ascontiguousarray(arr)
+        return then(self._isend(work, int(dst), int(tag)), lambda: arr)
+
+    def irecv(self, arr, src, tag=0):
+        """Start receiving the next message from `src` with `tag` into `arr`; wait() returns `arr`."""
+        check_buffer(arr, "recv", writeable=True)
+        check_peer(src, self.size, "src", "recv")
+        check_tag(tag, "recv")
+        self._count("recv", arr.size, arr.nbytes)
+        work = np.ascontiguousarray(arr)
+        return then(self._irecv(work, int(src), int(tag)), lambda: copy_back(arr, work))
+
+    def send(self, arr, dst, tag=0):
+        self.isend(arr, dst, tag).wait()
+
+    def recv(self, arr, src, tag=0):
+        return self.irecv(arr, src, tag).wait()

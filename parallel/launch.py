@@ -1,0 +1,62 @@
+"""How ranks are launched, and one BLAS thread per rank when they share a machine.
+
+mpiexec starts one process per rank. If each also runs a multi-threaded BLAS,
+four ranks on a two-core laptop would run dozens of threads fighting over two
+cores, so `limit_blas_threads()` (called by `parallel/__init__.py` before
+numpy is imported) sets one BLAS thread per rank unless the user chose a
+number. `launch_report(group)` says what happened in one line, for callers to
+print on rank 0. This module must not import numpy.
+"""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Set by mpiexec in every rank: MPICH/Hydra (PMI_*, MPI_LOCALNRANKS) and Open MPI (OMPI_*).
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+_WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+_LAUNCHER_VARS = _LOCAL_SIZE_VARS + _WORLD_SIZE_VARS + ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+_blas_setting = "not limited: a single process"
+
+
+def launched_by_mpiexec():
+    return any(var in os.environ for var in _LAUNCHER_VARS)
+
+
+def ranks_on_this_machine():
+    for var in _LOCAL_SIZE_VARS + _WORLD_SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def limit_blas_threads():
+    """One BLAS thread per rank when several ranks share this machine (unless the user set it)."""
+    global _blas_setting
+    ranks = ranks_on_this_machine()
+    if ranks <= 1:
+        return
+    user_set = [var for var in BLAS_THREAD_VARS if var in os.environ]
+    for var in BLAS_THREAD_VARS:
+        os.environ.setdefault(var, "1")
+    if user_set:
+        _blas_setting = "as set by the user: " + ", ".join(f"{v}={os.environ[v]}" for v in user_set)
+    elif "numpy" in sys.modules:
+        _blas_setting = "NOT limited: numpy was imported before parallel, too late to set BLAS threads"
+    else:
+        _blas_setting = f"1 BLAS thread per rank ({ranks} ranks share this machine)"
+
+
+def launch_report(group):
+    """One line for rank 0 to print: how many ranks, which backend, BLAS threads."""
+    return f"parallel: {group.size} rank(s) on the {group.backend} backend; BLAS threads: {_blas_setting}"
+
+
+def find_mpiexec():
+    """The mpiexec next to this Python (a venv with mpich from PyPI), else the one on PATH, else None."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")
