@@ -21,6 +21,11 @@ def is_grad_enabled():
 class no_grad(contextlib.ContextDecorator):
     """Context manager and decorator: ops inside record no graph."""
 
+    def _recreate_cm(self):
+        # A decorator makes a fresh manager per call, so recursive calls and threads
+        # sharing one decorated function each restore their own previous mode.
+        return type(self)()
+
     def __enter__(self):
         self._previous = is_grad_enabled()
         _state.grad_enabled = False
