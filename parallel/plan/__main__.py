@@ -18,8 +18,8 @@ from .search import plan
 
 UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-DIMS = {"vocab": "vocab_size", "seq": "block_size", "n_layer": "n_layer",
-        "n_head": "n_head", "d_model": "d_model"}
+DIMS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n_head",
+        "vocab": "vocab_size", "seq": "block_size"}
 
 
 def parse_size(text):

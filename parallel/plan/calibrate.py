@@ -20,7 +20,7 @@ from .profiles import cache_dir, packaged_profiles
 
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")}
-TIMEOUT_S = 180
+TIMEOUT_S = 60
 
 
 def best_seconds(run, min_total=0.2, min_repeats=3):

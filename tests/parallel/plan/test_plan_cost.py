@@ -1,0 +1,100 @@
+"""Step-time model: α–β collectives, compute flops, bubble."""
+import pytest
+from hypothesis import given, strategies as st
+
+from parallel.plan import Layout, estimate, get_config, load_profile
+from parallel.plan.cost import all_gather, link, ring_all_reduce, send_recv, stage_flops
+from parallel.plan.model import stage_layers
+
+LAPTOP = load_profile("laptop-cpu")
+A100 = load_profile("a100-80gb")
+MEDIUM = get_config("medium")
+
+
+def test_alpha_beta_collectives():
+    alpha, beta = 1e-5, 1e-9
+    assert ring_all_reduce(1, 1e6, alpha, beta) == 0 == all_gather(1, 1e6, alpha, beta)
+    assert ring_all_reduce(4, 4e6, alpha, beta) == pytest.approx(2 * 3 * (1e-5 + 1e-3))
+    assert all_gather(4, 4e6, alpha, beta) == pytest.approx(3 * (1e-5 + 1e-3))
+    assert send_recv(1e6, alpha, beta) == pytest.approx(1e-5 + 1e-3)
+
+
+def test_link_is_intra_node_only_when_the_group_fits():
+    assert link(A100, 1, 8)[0] == "intra"
+    assert link(A100, 2, 4)[0] == "intra"
+    assert link(A100, 8, 2)[0] == "inter"
+    kind, alpha, beta = link(A100, 16, 4)
+    assert kind == "inter"
+    assert alpha == pytest.approx(10e-6, rel=1e-12) and beta == pytest.approx(1 / 25e9, rel=1e-12)
+
+
+@given(st.integers(1, 6), st.integers(1, 3), st.booleans())
+def test_stage_flops_sum_to_6NT_plus_attention(pp_layers, b, checkpoint):
+    config = get_config("medium")
+    pp = min(pp_layers, config.n_layer)
+    s, h, L, V = config.block_size, config.d_model, config.n_layer, config.vocab_size
+    tokens = b * s
+    total = sum(stage_flops(config, layers, tokens, 1, checkpoint, stage == pp - 1)
+                for stage, layers in enumerate(stage_layers(L, pp)))
+    dense = 6 * (12 * L * h * h + V * h) * tokens + 12 * L * b * s * s * h
+    recompute = (2 * 12 * L * h * h * tokens + 4 * L * b * s * s * h) if checkpoint else 0
+    assert total == pytest.approx(dense + recompute, rel=1e-12)
+    assert stage_flops(config, 2, tokens, 4, checkpoint, True) == \
+        pytest.approx(stage_flops(config, 2, tokens, 1, checkpoint, True) / 4)
+
+
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2, 4, 8]))
+def test_time_parts_and_bubble_fraction(dp, tp, pp, m):
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m)
+    est = estimate(MEDIUM, layout, batch=64, profile=LAPTOP)
+    time, comm = est.time, est.comm
+    assert time["total"] == pytest.approx(time["compute"] + time["comm"] + time["bubble"])
+    assert time["comm"] == pytest.approx(sum(comm.values()))
+    pipelined = time["total"] - comm["dp"]
+    assert time["bubble"] == pytest.approx(pipelined * (pp - 1) / (m + pp - 1))
+    assert (comm["tp"] == 0) == (tp == 1)
+    assert (comm["pp"] == 0) == (pp == 1)
+    assert (comm["dp"] == 0) == (dp == 1)
+
+
+def test_sequence_parallel_same_time_less_activation_memory():
+    plain = estimate(MEDIUM, Layout(tp=2, dp=2), 32, LAPTOP)
+    sp = estimate(MEDIUM, Layout(tp=2, dp=2, sequence_parallel=True), 32, LAPTOP)
+    assert sp.time == plain.time
+    assert sp.memory["activations"] < plain.memory["activations"]
+
+
+def test_checkpointing_trades_flops_for_memory():
+    plain = estimate(MEDIUM, Layout(dp=4), 32, LAPTOP)
+    ckpt = estimate(MEDIUM, Layout(dp=4, checkpoint=True), 32, LAPTOP)
+    assert ckpt.time["compute"] > plain.time["compute"]
+    assert ckpt.memory["activations"] < plain.memory["activations"]
+
+
+def test_zero1_costs_the_same_dp_time_and_less_optimizer_memory():
+    plain = estimate(MEDIUM, Layout(dp=4), 32, LAPTOP)
+    zero = estimate(MEDIUM, Layout(dp=4, zero=True), 32, LAPTOP)
+    assert zero.comm["dp"] == pytest.approx(plain.comm["dp"])
+    assert zero.memory["optim"] == plain.memory["optim"] // 4
+
+
+def test_mixed_precision_needs_16_bit_flops_and_is_faster_on_gpu():
+    with pytest.raises(ValueError, match="no peak flops for dtype 'mixed'"):
+        estimate(MEDIUM, Layout(), 8, LAPTOP, dtype="mixed")
+    fp32 = estimate(MEDIUM, Layout(), 8, A100, dtype="float32")
+    mixed = estimate(MEDIUM, Layout(), 8, A100, dtype="mixed")
+    assert mixed.time["compute"] == pytest.approx(fp32.time["compute"] * 19.5 / 312)
+
+
+def test_explain_lines_show_the_figures():
+    est = estimate(MEDIUM, Layout(dp=2, pp=2, micro_batches=4), 32, LAPTOP)
+    text = "\n".join(est.lines)
+    assert "micro-batch b = batch / (dp·m) = 32 / (2·4) = 4" in text
+    assert f"step time = {est.time['total']:.4g} s" in text
+    assert "1 micro-batches in flight" not in text and "2 micro-batches in flight" in text
+
+
+def test_unknown_device_is_named():
+    with pytest.raises(ValueError, match="unknown device 'tpu-v9'"):
+        load_profile("tpu-v9")
