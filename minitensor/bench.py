@@ -1,0 +1,225 @@
+"""Benchmark one GPT training step (forward, backward, AdamW) in float32.
+
+    python -m minitensor.bench [--steps N] [--warmup N] [--no-torch]
+
+For a small and a medium config it prints the median ms/step, tokens/s and the
+share of the step spent inside matrix products (the `MatMul` and `Linear`
+Functions' forward and backward, timed by `matmul_timer`). If PyTorch is
+installed it also times the same architecture in PyTorch eager on the CPU, with
+torch's thread count set to numpy's BLAS thread count, and prints the ratio.
+torch is optional: it is imported only inside `time_torch`.
+"""
+import argparse
+import ctypes
+import glob
+import math
+import os
+import statistics
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+import minitensor as mt
+from minitensor.models.gpt import GPT, GPTConfig
+from minitensor.nn import functional as F
+from minitensor.ops import MatMul
+from minitensor.optim import AdamW
+
+CONFIGS = {
+    "small": (GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128), 16),
+    "medium": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512), 8),
+}
+
+
+def blas_threads():
+    """Threads numpy's OpenBLAS uses (asked from the library; else the env or the core count)."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for symbol in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            if hasattr(lib, symbol):
+                return int(getattr(lib, symbol)())
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(var):
+            return int(os.environ[var])
+    return os.cpu_count()
+
+
+@contextmanager
+def matmul_timer():
+    """Wrap the forward and backward of the matrix-product Functions with a clock.
+
+    Yields a one-element list holding the seconds spent inside them so far. The
+    wrappers exist only inside the `with` block, so an ordinary run pays nothing.
+    """
+    total = [0.0]
+    originals = {}
+
+    def timed(method):
+        def wrapper(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                total[0] += time.perf_counter() - start
+        return wrapper
+
+    for cls in (MatMul, F.Linear):
+        for name in ("forward", "backward"):
+            originals[cls, name] = cls.__dict__[name]
+            setattr(cls, name, timed(originals[cls, name]))
+    try:
+        yield total
+    finally:
+        for (cls, name), method in originals.items():
+            setattr(cls, name, method)
+
+
+def random_batch(config, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (batch, config.block_size)
+    return rng.integers(0, config.vocab_size, shape), rng.integers(0, config.vocab_size, shape)
+
+
+def time_minitensor(config, batch, steps, warmup):
+    """Seconds per training step (one entry per timed step) and the matmul seconds per step."""
+    mt.manual_seed(0)
+    model = GPT(config)
+    optimizer = AdamW(model.parameters(), lr=1e-3)
+    idx, targets = random_batch(config, batch)
+
+    def step():
+        optimizer.zero_grad()
+        _, loss = model(idx, targets)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    times, matmul = [], []
+    for _ in range(steps):
+        with matmul_timer() as inside:
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        matmul.append(inside[0])
+    return times, matmul
+
+
+def torch_gpt(config):
+    """The same GPT as `minitensor.models.gpt`, parameter for parameter, in PyTorch eager.
+
+    Attention is written out (q kᵀ, causal mask, softmax, @ v) as minitensor computes it.
+    """
+    import torch
+    from torch import nn
+    from torch.nn import functional as TF
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = config.d_model
+            self.q, self.k, self.v, self.proj = (nn.Linear(d, d) for _ in range(4))
+            self.register_buffer("mask", torch.ones(config.block_size, config.block_size).triu(1).bool(), persistent=False)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = (f(x).view(b, t, config.n_head, -1).transpose(1, 2) for f in (self.q, self.k, self.v))
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+            weights = scores.masked_fill(self.mask[:t, :t], float("-inf")).softmax(-1)
+            return self.proj((weights @ v).transpose(1, 2).reshape(b, t, c))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = config.d_model
+            self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(d), Attention(), nn.LayerNorm(d)
+            self.mlp = nn.Module()
+            self.mlp.fc, self.mlp.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp.proj(TF.gelu(self.mlp.fc(self.ln_2(x)), approximate="tanh"))
+
+    class TorchGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = config.d_model
+            self.tok_emb, self.pos_emb = nn.Embedding(config.vocab_size, d), nn.Embedding(config.block_size, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(config.n_layer))
+            self.ln_f, self.lm_head = nn.LayerNorm(d), nn.Linear(d, config.vocab_size, bias=False)
+
+        def forward(self, idx, targets):
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.lm_head(self.ln_f(x))
+            return TF.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    return TorchGPT()
+
+
+def time_torch(config, batch, steps, warmup, threads):
+    """Seconds per step of the same GPT in PyTorch eager, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    model = torch_gpt(config)
+    mt.manual_seed(0)
+    reference = GPT(config)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in reference.state_dict().items()})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx, targets = random_batch(config, batch)
+    expected = reference(idx, targets)[1].item()
+    idx, targets = torch.from_numpy(idx), torch.from_numpy(targets)
+    with torch.no_grad():
+        got = model(idx, targets).item()
+    if not np.isclose(got, expected, rtol=1e-4):
+        raise RuntimeError(f"PyTorch model gives loss {got}, minitensor {expected}: not the same architecture")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(idx, targets)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per config")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    args = parser.parse_args(argv)
+    threads = blas_threads()
+    print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps")
+    print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'torch ms':>9} {'ratio':>6}")
+    for name in args.configs:
+        config, batch = CONFIGS[name]
+        times, matmul = time_minitensor(config, batch, args.steps, args.warmup)
+        ms = 1e3 * statistics.median(times)
+        share = statistics.median(m / t for m, t in zip(matmul, times))
+        tokens = batch * config.block_size / (ms / 1e3)
+        torch_times = None if args.no_torch else time_torch(config, batch, args.steps, args.warmup, threads)
+        if torch_times is None:
+            tail = f"{'-':>9} {'-':>6}"
+        else:
+            torch_ms = 1e3 * statistics.median(torch_times)
+            tail = f"{torch_ms:9.1f} {ms / torch_ms:5.2f}x"
+        print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {tail}")
+
+
+if __name__ == "__main__":
+    main()
