@@ -41,6 +41,8 @@ def binary_operands(op, a, b):
     floats = [np.issubdtype(t.dtype, np.floating) for t in (a, b)]
     if all(floats) and a.dtype != b.dtype:
         raise TypeError(f"{op}: dtypes {a.dtype} and {b.dtype} differ; convert one explicitly")
+    if floats[0] != floats[1]:  # an integer/bool tensor takes the float one's dtype (numpy would upcast)
+        a, b = (a, Tensor(b.data.astype(a.dtype))) if floats[0] else (Tensor(a.data.astype(b.dtype)), b)
     try:
         np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
@@ -259,6 +261,8 @@ def div(a, b):
 def pow(a, exponent):
     if not np.isscalar(exponent):
         raise TypeError(f"pow: only a scalar exponent is supported, got {type(exponent).__name__}")
+    if isinstance(exponent, np.generic):  # a numpy float64 scalar would upcast a float32 tensor
+        exponent = exponent.item()
     return Pow.apply(a, exponent=exponent)
 
 
