@@ -120,9 +120,18 @@ class Embedding(Function):
         return dw
 
 
+def _check_same_dtype(op, *tensors):
+    dtypes = [t.dtype for t in tensors]
+    if len(set(dtypes)) > 1:
+        raise TypeError(f"{op}: dtypes {[str(d) for d in dtypes]} differ; convert one explicitly")
+
+
 def linear(x, weight, bias=None):
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"linear: bias {bias.shape} does not fit weight {weight.shape} (need {weight.shape[:1]})")
+    _check_same_dtype("linear", x, weight, *([bias] if bias is not None else []))
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
@@ -138,6 +147,7 @@ def layer_norm(x, weight, bias, eps=1e-5):
     if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
         raise ValueError(f"layer_norm: input {x.shape} needs weight and bias of shape {x.shape[-1:]}, "
                          f"got {weight.shape} and {bias.shape}")
+    _check_same_dtype("layer_norm", x, weight, bias)
     return LayerNorm.apply(x, weight, bias, eps=eps)
 
 
