@@ -105,13 +105,12 @@ class Module:
         unexpected = [k for k in state if k not in params]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        for name, value in state.items():
-            if name not in params:
-                continue
-            value = np.asarray(value)
+        loadable = {name: np.asarray(value) for name, value in state.items() if name in params}
+        for name, value in loadable.items():  # check every shape before changing any parameter
             if value.shape != params[name].shape:
                 raise ValueError(f"load_state_dict: '{name}' has shape {value.shape} in the checkpoint "
                                  f"but {params[name].shape} in the model")
+        for name, value in loadable.items():
             params[name].data[...] = value
         return missing, unexpected
 
