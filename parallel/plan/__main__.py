@@ -131,8 +131,10 @@ def main(argv=None):
           (", ".join(f"{n} {why}" for why, n in result.rejected.items()) or "none"))
     if result.smallest_rejected is not None:
         best = result.smallest_rejected
-        print(f"  (smallest that did not fit: {best.layout.name()} m={best.layout.micro_batches}"
-              f" {best.layout.flags()} needs {gib(best.memory['total'])} GiB)")
+        parts = ", ".join(f"{k} {gib(best.memory[k])}" for k in
+                          ("params", "grads", "optim", "activations"))
+        print(f"  (closest miss: {best.layout.name()} m={best.layout.micro_batches}"
+              f" {best.layout.flags()} needs {gib(best.memory['total'])} GiB = {parts})")
     if not result.ranked:
         return 1
     print(format_table(result.ranked[:args.top]))

@@ -31,7 +31,7 @@ from .layout import get_precision
 from .memory import (block_activation_bytes, in_flight_micro_batches, micro_batch_size,
                      peak_memory)
 from .model import param_count, stage_layers
-from .profiles import peak_flops
+from .profiles import load_profile, peak_flops
 
 
 def ring_all_reduce(n, nbytes, alpha, beta):
@@ -80,7 +80,10 @@ class Estimate:
 
 
 def estimate(config, layout, batch, profile, dtype="float32", balance=None):
-    """Memory and step time of `layout` training `config` on `batch` sequences per step."""
+    """Memory and step time of `layout` training `config` on `batch` sequences per step.
+
+    `profile` is a profile dict or a name for `load_profile`."""
+    profile = load_profile(profile) if isinstance(profile, str) else profile
     precision = get_precision(dtype)
     b = micro_batch_size(batch, layout)
     s, h, m, p = config.block_size, config.d_model, layout.micro_batches, layout.pp

@@ -27,7 +27,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
                          zero=False, balance=None):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
-    `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple or a dict with those keys.
+    `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
+    `rank_coords(layout, rank)` for a global rank) or a dict with keys dp, tp, pp.
     ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)

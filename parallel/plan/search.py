@@ -11,6 +11,7 @@ from itertools import product
 
 from .cost import estimate
 from .layout import Layout
+from .profiles import load_profile
 
 
 def divisors(n):
@@ -51,7 +52,10 @@ def candidate_layouts(dp, tp, pp, batch, schedule):
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
          schedule="1f1b", allow_inter_node_tp=False):
-    """All fitting layouts ranked by step time (then memory); rejections counted by reason."""
+    """All fitting layouts ranked by `rank_key`; rejections counted by reason.
+
+    `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's."""
+    profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
     limit = memory_bytes if memory_bytes is not None else profile["memory_gib"] * 2**30
