@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .profiles import cache_dir, packaged_profiles
@@ -25,7 +26,6 @@ TIMEOUT_S = 60
 
 def best_seconds(run, min_total=0.2, min_repeats=3):
     """Fastest of repeated calls of run(), repeating until min_total seconds have passed."""
-    import time
     best, spent, repeats = float("inf"), 0.0, 0
     while spent < min_total or repeats < min_repeats:
         start = time.perf_counter()
