@@ -1,0 +1,35 @@
+"""The suite's shared hypothesis strategies: import them from any test (`from strategies import ...`).
+
+Append new strategies at the end of the file; do not reorder others'.
+"""
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+# --- parallel.comm ---------------------------------------------------------------
+
+COMM_DTYPES = (np.float32, np.float64, np.int32, np.int64)
+comm_dtypes = st.sampled_from(COMM_DTYPES).map(np.dtype)
+group_sizes = st.integers(1, 8)
+reduce_ops = st.sampled_from(["sum", "max", "min"])
+allreduce_algorithms = st.sampled_from(["builtin", "ring"])
+# How a test lays an array out in memory: C order, or one of three non-contiguous views.
+array_layouts = st.sampled_from(["C", "strided", "fortran", "reversed"])
+seeds = st.integers(0, 2**32 - 1)
+
+
+def comm_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4):
+    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
+
+
+# --- parallel.pipeline (schedules) -----------------------------------------------
+
+@st.composite
+def pipeline_shapes(draw, schedule=None):
+    """(name, p, m, v) of a valid pipeline schedule: p ranks 1..8, m micro-batches
+    1..16, v chunks per rank 1..4 (interleaved only; v > 1 needs p > 1 and m % p == 0)."""
+    name = schedule or draw(st.sampled_from(["gpipe", "1f1b", "interleaved"]))
+    p = draw(st.integers(1, 8))
+    if name != "interleaved" or p == 1:
+        return name, p, draw(st.integers(1, 16)), 1
+    return name, p, p * draw(st.integers(1, 16 // p)), draw(st.integers(1, 4))
