@@ -5,6 +5,7 @@
     (x * x).sum().backward()      # x.grad == 2x
 """
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
+from minitensor.gradcheck import gradcheck
 from minitensor.ops import exp, log, masked_fill, matmul, relu, sqrt, tanh, where
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
 from minitensor.shape_ops import concat, split, stack
@@ -14,5 +15,5 @@ __all__ = [
     "Function", "Tensor", "tensor", "no_grad", "enable_grad", "is_grad_enabled",
     "exp", "log", "sqrt", "tanh", "relu", "matmul", "where", "masked_fill",
     "concat", "split", "stack",
-    "manual_seed", "default_generator", "get_rng_state", "set_rng_state",
+    "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
 ]
