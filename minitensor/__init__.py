@@ -5,6 +5,7 @@
     (x * x).sum().backward()      # x.grad == 2x
 """
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
+from minitensor.checkpoint import checkpoint
 from minitensor.gradcheck import gradcheck
 from minitensor.ops import exp, log, masked_fill, matmul, relu, sqrt, tanh, where
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
