@@ -33,3 +33,23 @@ def pipeline_shapes(draw, schedule=None):
     if name != "interleaved" or p == 1:
         return name, p, draw(st.integers(1, 16)), 1
     return name, p, p * draw(st.integers(1, 16 // p)), draw(st.integers(1, 4))
+
+# --- minitensor ------------------------------------------------------------------
+
+# Shapes of 0 to 3 dims with sides 1..3: small enough for gradcheck, with size-1 dims.
+small_shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=3)
+# Two shapes that broadcast together (stretching size-1 dims and adding leading ones).
+broadcastable_pairs = hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3)
+# Batched matmul operands (..., m, k) @ (..., k, n), batch dims broadcastable.
+matmul_shapes = hnp.mutually_broadcastable_shapes(signature="(m,k),(k,n)->(m,n)", max_dims=2, max_side=3)
+# Whether a test stores its input arrays transposed in memory (non-contiguous).
+transposed_layouts = st.booleans()
+
+
+@st.composite
+def shapes_and_axes(draw, min_dims=1):
+    """A shape and a reduction axis: None, one (maybe negative) axis, or a tuple of them."""
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=1, max_side=3))
+    axis = draw(st.none() | hnp.valid_tuple_axes(len(shape), min_size=1)
+                | st.integers(-len(shape), len(shape) - 1))
+    return shape, axis

@@ -1,0 +1,24 @@
+"""Numeric helpers shared by the tests (append new ones at the end)."""
+import numpy as np
+
+import minitensor as mt
+
+
+def leaf(rng, shape, transposed=False, positive=False, requires_grad=True):
+    """A float64 leaf tensor of standard-normal values (ties and kinks have probability 0).
+
+    `positive` moves values into [0.5, ∞) for log/sqrt/div; `transposed` stores the same
+    values in Fortran order, so ops see a non-contiguous array.
+    """
+    data = rng.standard_normal(shape)
+    if positive:
+        data = np.abs(data) + 0.5
+    if transposed:
+        data = np.asfortranarray(data)
+    return mt.Tensor(data, requires_grad=requires_grad)
+
+
+def away_from_zero(t, margin=0.1):
+    """Push values at least `margin` away from 0 (for relu's kink), in place."""
+    t.data[...] = np.where(t.data >= 0, t.data + margin, t.data - margin)
+    return t
