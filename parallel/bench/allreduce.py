@@ -1,0 +1,91 @@
+"""All-reduce: MPI's own against the from-scratch ring (parallel/comm/ring.py), on 2 and 4 ranks.
+
+    python -m parallel.bench allreduce [--ranks 2 4] [--max-mib 64]
+
+Launches itself under mpiexec once per rank count and prints, per buffer size,
+the median time over repetitions (each repetition timed as its slowest rank)
+and the bus bandwidth as nccl-tests defines it:
+
+    algbw = bytes / time        busbw = algbw * 2(n-1)/n
+
+busbw is what each rank's link carries, so it is comparable across n.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m parallel.bench allreduce", description=__doc__.split("\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts to run (default 2 4)")
+    parser.add_argument("--max-mib", type=int, default=64, help="largest buffer in MiB (default 64)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse(argv)
+    if args.worker:
+        return run_worker(args.max_mib * MIB)
+    from parallel.launch import find_mpiexec
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        print("allreduce benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
+        return 1
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    for n in args.ranks:
+        command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "allreduce",
+                   "--worker", "--max-mib", str(args.max_mib)]
+        subprocess.run(command, env=env, check=True)
+    return 0
+
+
+def repetitions(nbytes):
+    """Enough repetitions for a stable median, without making the large sizes take minutes."""
+    return max(5, min(100, (64 * MIB) // max(nbytes, 1) // 4))
+
+
+def median_time(group, run, reps):
+    """Median over repetitions of the slowest rank's time (all ranks start together after a barrier)."""
+    import numpy as np
+    run()  # warm up: first-touch pages, MPI connection setup
+    times = np.empty(reps)
+    for i in range(reps):
+        group.barrier()
+        start = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - start
+    group.all_reduce(times, op="max")
+    return float(np.median(times))
+
+
+def run_worker(max_bytes):
+    import numpy as np
+    import parallel
+    group = parallel.world()
+    n = group.size
+    sizes = [KIB * 4 ** k for k in range(20) if KIB * 4 ** k <= max_bytes]
+    if group.rank == 0:
+        print(parallel.launch.launch_report(group))
+        print(f"all-reduce of float32 on {n} ranks; busbw = bytes/time * 2(n-1)/n")
+        print(f"{'size':>8} {'MPI time':>11} {'MPI busbw':>11} {'ring time':>11} {'ring busbw':>11} {'ring/MPI':>9}")
+    for nbytes in sizes:
+        buf = np.zeros(nbytes // 4, np.float32)
+        reps = repetitions(nbytes)
+        mpi = median_time(group, lambda: group.all_reduce(buf), reps)
+        ring = median_time(group, lambda: group.all_reduce(buf, algorithm="ring"), reps)
+        if group.rank == 0:
+            bus = lambda t: nbytes / t * 2 * (n - 1) / n / 1e9
+            print(f"{human(nbytes):>8} {mpi * 1e3:>8.3f} ms {bus(mpi):>6.2f} GB/s {ring * 1e3:>8.3f} ms "
+                  f"{bus(ring):>6.2f} GB/s {ring / mpi:>8.2f}x", flush=True)
+    return 0
+
+
+def human(nbytes):
+    return f"{nbytes // MIB} MiB" if nbytes >= MIB else f"{nbytes // KIB} KiB"
