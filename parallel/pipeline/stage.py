@@ -1,0 +1,81 @@
+"""`PipelineStage`: the slice of a GPT that one pipeline stage runs, as a plain Module.
+
+    stage 0:       idx ─▶ embed ─▶ blocks 0..k-1 ─▶ activation
+    middle stage:  activation ─▶ blocks k..l-1 ─▶ activation
+    last stage:    activation ─▶ blocks l..n-1 ─▶ head (ln_f, lm_head, cross-entropy) ─▶ loss
+
+A stage is built from the dense GPT's own modules (the parameters are shared, not
+copied) and registers them under the dense model's attribute names, its blocks under
+their GLOBAL index, so `named_parameters()` yields single-device names
+(`blocks.2.attn.q.weight` on the stage that holds block 2). Every part is looked up as
+an attribute when the stage runs, so a tensor-parallel block or embedding with the same
+forward signature can replace a dense one: `stage.blocks[2] = tp_block`.
+"""
+from minitensor import nn
+from minitensor.models.gpt import GPT
+
+
+class GlobalBlocks(nn.Module):
+    """Transformer blocks registered under their index in the whole model."""
+
+    def __init__(self, blocks_by_index):
+        super().__init__()
+        for index, block in blocks_by_index.items():
+            setattr(self, str(index), block)
+
+    def indices(self):
+        return [int(name) for name in self._modules]
+
+    def __getitem__(self, index):
+        return self._modules[str(index)]
+
+    def __setitem__(self, index, block):
+        if str(index) not in self._modules:
+            raise KeyError(f"this stage holds blocks {self.indices()}, not block {index}")
+        setattr(self, str(index), block)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class PipelineStage(nn.Module):
+    """Stage `stage` of `num_stages` of `model`, holding the blocks in `block_range`."""
+
+    # The dense model's embed and head only read attributes (tok_emb, pos_emb, drop,
+    # config; ln_f, lm_head) that a first / last stage registers under the same names.
+    embed = GPT.embed
+    head = GPT.head
+
+    def __init__(self, model, block_range, stage, num_stages):
+        super().__init__()
+        self.config = model.config
+        self.stage, self.num_stages = stage, num_stages
+        self.is_first, self.is_last = stage == 0, stage == num_stages - 1
+        if self.is_first:
+            self.tok_emb, self.pos_emb, self.drop = model.tok_emb, model.pos_emb, model.drop
+        self.blocks = GlobalBlocks({i: model.blocks[i] for i in block_range})
+        if self.is_last:
+            self.ln_f, self.lm_head = model.ln_f, model.lm_head
+
+    def forward(self, x, targets=None):
+        """First stage: x is the token indices (B, T); otherwise the activation (B, T, C).
+        The last stage returns the mean loss (the logits when targets is None)."""
+        if self.is_first:
+            x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        if not self.is_last:
+            return x
+        logits, loss = self.head(x, targets)
+        return logits if targets is None else loss
+
+    def activation_shape(self, batch, seq_len):
+        """Shape of the activation this stage sends or receives for a (batch, seq_len)
+        micro-batch: known on every rank, so send/recv need no shape message."""
+        return (batch, seq_len, self.config.d_model)
+
+    def __repr__(self):
+        return f"PipelineStage({self.stage} of {self.num_stages}, blocks {self.blocks.indices()})"

@@ -1,0 +1,118 @@
+"""Timelines of a pipeline step: a text picture, a Chrome trace, the bubble.
+
+An `Event` is one action of one rank with its start and end time. The
+checker's static simulation produces events in abstract time units
+(forward 1, backward 2); the executor records the same records with real
+seconds. A `Timeline` draws either kind.
+
+Bubble theory (p ranks, m micro-batches, v chunks per rank, forward and
+backward of a whole stage costing t_f and t_b, communication free):
+  GPipe and 1F1B both idle p-1 slots of (t_f + t_b) on every rank, while the
+  useful work is m (t_f + t_b). Megatron-LM states the bubble relative to the
+  ideal compute time:  ratio = (p-1)/m. Interleaving v chunks makes each
+  slot v times shorter:  ratio = (p-1)/(v m)  (Megatron-LM, 2021, sec. 2.2).
+  A measurement sees the bubble as a fraction of the total time,
+      fraction = idle / (idle + compute) = ratio / (1 + ratio)
+               = (p-1) / (v m + p - 1),
+  which for v = 1 is the familiar (p-1)/(m+p-1).
+"""
+import json
+from dataclasses import asdict, dataclass
+
+from .schedules import COMPUTE_KINDS
+
+
+@dataclass(frozen=True)
+class Event:
+    """Action `kind` of (microbatch, chunk) ran on `rank` from `start` to `end`."""
+    rank: int
+    kind: str
+    microbatch: int
+    chunk: int
+    start: float
+    end: float
+
+
+def megatron_bubble_ratio(p, m, v=1):
+    """Bubble time relative to the ideal compute time: (p-1)/(v m)."""
+    return (p - 1) / (v * m)
+
+
+def bubble_theory(p, m, v=1):
+    """Bubble as a fraction of the total time: (p-1)/(v m + p - 1)."""
+    ratio = megatron_bubble_ratio(p, m, v)
+    return ratio / (1 + ratio)
+
+
+class Timeline:
+    """The events of all ranks of one pipeline step."""
+
+    def __init__(self, events, num_ranks=None):
+        self.events = sorted(events, key=lambda e: (e.start, e.rank))
+        self.num_ranks = num_ranks or 1 + max(e.rank for e in self.events)
+        self.compute = [e for e in self.events if e.kind in COMPUTE_KINDS]
+        if not self.compute:
+            raise ValueError("a timeline needs at least one forward or backward event")
+        self.t0 = min(e.start for e in self.compute)
+        self.makespan = max(e.end for e in self.compute) - self.t0
+
+    def bubble_fraction(self):
+        """Idle share of ranks x makespan, counting only compute as busy."""
+        busy = sum(e.end - e.start for e in self.compute)
+        return 1 - busy / (self.num_ranks * self.makespan)
+
+    def render(self, slot=None):
+        """Text picture: one row per rank, one column per `slot` of time
+        (default: the shortest compute), `.` where the rank computes nothing."""
+        slot = slot or min(e.end - e.start for e in self.compute)
+        columns = round(self.makespan / slot)
+        chunked = any(e.chunk > 0 for e in self.compute)
+        width = max(len(_label(e, chunked)) for e in self.compute)
+        rows = [["."] * columns for _ in range(self.num_ranks)]
+        for e in self.compute:
+            first, last = (round((t - self.t0) / slot) for t in (e.start, e.end))
+            for column in range(first, max(last, first + 1)):
+                rows[e.rank][column] = _label(e, chunked)
+        lines = [f"rank {r} | " + " ".join(cell.ljust(width) for cell in row).rstrip()
+                 for r, row in enumerate(rows)]
+        return "\n".join(lines + _legend(chunked, slot))
+
+    def to_chrome_trace(self, us_per_unit=1e6):
+        """Chrome trace dict (open in https://ui.perfetto.dev): one process per
+        rank, compute on thread 0, send/recv (including time blocked) on thread 1.
+        Event times are multiplied by `us_per_unit` (1e6: times in seconds)."""
+        trace = []
+        for rank in range(self.num_ranks):
+            trace.append(_metadata("process_name", rank, 0, f"rank {rank}"))
+            trace.append(_metadata("thread_name", rank, 0, "compute"))
+            trace.append(_metadata("thread_name", rank, 1, "send/recv"))
+        chunked = any(e.chunk > 0 for e in self.compute)
+        for e in self.events:
+            is_compute = e.kind in COMPUTE_KINDS
+            trace.append({
+                "name": _label(e, chunked) if is_compute else f"{e.kind} {e.microbatch}",
+                "cat": e.kind, "ph": "X", "pid": e.rank, "tid": 0 if is_compute else 1,
+                "ts": (e.start - self.t0) * us_per_unit, "dur": (e.end - e.start) * us_per_unit,
+                "args": {k: v for k, v in asdict(e).items() if k in ("microbatch", "chunk")},
+            })
+        return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+    def save_chrome_trace(self, path, us_per_unit=1e6):
+        with open(path, "w") as f:
+            json.dump(self.to_chrome_trace(us_per_unit), f)
+
+
+def _label(event, chunked):
+    """F3 / B3 = forward / backward of micro-batch 3; with chunks, F3b = on chunk b (1)."""
+    suffix = "abcdefghijklmnopqrstuvwxyz"[event.chunk] if chunked else ""
+    return f"{event.kind[0].upper()}{event.microbatch}{suffix}"
+
+
+def _legend(chunked, slot):
+    chunks = ", letter = model chunk (a = 0, b = 1, ...)" if chunked else ""
+    return [f"F = forward, B = backward, number = micro-batch{chunks}, . = idle; "
+            f"one column = {slot:g} time unit(s)"]
+
+
+def _metadata(name, pid, tid, value):
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {"name": value}}
