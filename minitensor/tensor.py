@@ -7,13 +7,13 @@ DEFAULT_FLOAT = np.float32
 
 
 def _as_array(data, dtype=None):
-    """numpy arrays keep their dtype; Python floats become float32, ints int64."""
+    """numpy arrays and scalars keep their dtype; Python floats become float32, ints int64."""
     if isinstance(data, Tensor):
         data = data.data
     if dtype is not None:
         return np.asarray(data, dtype=dtype)
     array = np.asarray(data)
-    if not isinstance(data, np.ndarray) and array.dtype == np.float64:
+    if not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
         array = array.astype(DEFAULT_FLOAT)
     return array
 
