@@ -219,7 +219,7 @@ class Gelu(Function):
     def forward(self, x):
         # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
         # float32 power is ~100x slower than a product)
-        u = x * x
+        u = np.multiply(x, x, out=np.empty_like(x))  # an array even for 0-d x (x * x would be a scalar)
         u *= 0.044715
         u += 1
         u *= x
