@@ -10,11 +10,11 @@ def leaf(rng, shape, transposed=False, positive=False, requires_grad=True):
     `positive` moves values into [0.5, ∞) for log/sqrt/div; `transposed` stores the same
     values in Fortran order, so ops see a non-contiguous array.
     """
-    data = rng.standard_normal(shape)
+    data = np.asarray(rng.standard_normal(shape))
     if positive:
         data = np.abs(data) + 0.5
     if transposed:
-        data = np.asfortranarray(data)
+        data = data.T.copy().T  # (np.asfortranarray would make a 0-d array 1-d)
     return mt.Tensor(data, requires_grad=requires_grad)
 
 
