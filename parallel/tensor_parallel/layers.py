@@ -1,0 +1,125 @@
+"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3).
+
+For y = x Wᵀ + b with W of shape (out, in):
+
+    column-parallel: W split by rows (output features). Each rank computes its slice of
+        y from the whole x: x must be the same on every rank (f in front), and y stays
+        split along its last axis unless gathered.
+    row-parallel:    W split by columns (input features). Each rank contracts its slice
+        of x with its slice of W, giving a partial sum of y: summed by g (all-reduce).
+        The bias is added once, after the sum.
+
+Column then row (the MLP, attention) needs no communication in between.
+With sequence parallelism, f becomes an all-gather along the sequence and g a
+reduce-scatter along it (mappings.py).
+
+Every TP layer is built by slicing its dense counterpart (`from_dense`); the plain
+constructor builds that dense layer first (same init, same seed → same numbers on
+every tp count) and slices it, as Megatron's CPU initialisation does.
+"""
+from minitensor import nn
+from minitensor.nn import functional as F
+from minitensor.tensor import DEFAULT_FLOAT
+
+from .mappings import (
+    copy_to_tensor_model_parallel_region, gather_from_sequence_parallel_region,
+    gather_from_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region, scatter_to_tensor_model_parallel_region,
+)
+from .sharding import divide, full_state_dict, padded_size, sharded_parameter
+
+
+class TensorParallelModule(nn.Module):
+    """Base of the TP modules: `Cls.from_dense(dense, group, **options)` slices a dense module."""
+
+    @classmethod
+    def from_dense(cls, dense, group, **options):
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module.build(dense, group, **options)
+        return module
+
+    def build(self, dense, group, **options):
+        raise NotImplementedError
+
+    def full_state_dict(self):
+        """The dense counterpart's state dict (collective over the tp group)."""
+        return full_state_dict(self, self.group)
+
+
+def enter_column_parallel(x, group, sequence_parallel):
+    """The mapping in front of column-parallel layers: f, or under SP the sequence all-gather."""
+    if sequence_parallel:
+        return gather_from_sequence_parallel_region(x, group)
+    return copy_to_tensor_model_parallel_region(x, group)
+
+
+def exit_row_parallel(y, group, sequence_parallel):
+    """The mapping after row-parallel layers: g, or under SP the sequence reduce-scatter."""
+    if sequence_parallel:
+        return reduce_scatter_to_sequence_parallel_region(y, group)
+    return reduce_from_tensor_model_parallel_region(y, group)
+
+
+class ColumnParallelLinear(TensorParallelModule):
+    """weight (out/tp, in), bias (out/tp,). `pad_out_features` pads `out` up to a multiple of
+    tp with zero rows (the lm_head over a vocabulary tp does not divide)."""
+
+    def __init__(self, in_features, out_features, group, bias=True, gather_output=False,
+                 sequence_parallel=False, pad_out_features=False, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.build(nn.Linear(in_features, out_features, bias, dtype), group, gather_output=gather_output,
+                   sequence_parallel=sequence_parallel, pad_out_features=pad_out_features)
+
+    def build(self, dense, group, gather_output=False, sequence_parallel=False, pad_out_features=False):
+        out_features, self.in_features = dense.weight.shape
+        padded = padded_size(out_features, group) if pad_out_features else out_features
+        divide(padded, group, "ColumnParallelLinear: out_features")
+        if gather_output and padded != out_features:
+            raise ValueError(f"ColumnParallelLinear: gather_output needs out_features {out_features} "
+                             f"divisible by the tensor-parallel size {group.size} (no padding)")
+        self.out_features, self.group = out_features, group
+        self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
+        self.weight = sharded_parameter(dense.weight.data, 0, group, padded)
+        self.bias = sharded_parameter(dense.bias.data, 0, group, padded) if dense.bias is not None else None
+
+    def local(self, x):
+        """This rank's output features from an input already in the parallel region."""
+        return F.linear(x, self.weight, self.bias)
+
+    def forward(self, x):
+        y = self.local(enter_column_parallel(x, self.group, self.sequence_parallel))
+        return gather_from_tensor_model_parallel_region(y, self.group) if self.gather_output else y
+
+
+class RowParallelLinear(TensorParallelModule):
+    """weight (out, in/tp), bias (out,) replicated and added after the reduction.
+
+    Under sequence parallelism the bias is added to the rank's positions only, so its
+    gradient is a partial sum: tagged `tp_partial_grad`.
+    """
+
+    def __init__(self, in_features, out_features, group, bias=True, input_is_parallel=True,
+                 sequence_parallel=False, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.build(nn.Linear(in_features, out_features, bias, dtype), group,
+                   input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel)
+
+    def build(self, dense, group, input_is_parallel=True, sequence_parallel=False):
+        self.out_features, self.in_features = dense.weight.shape
+        divide(self.in_features, group, "RowParallelLinear: in_features")
+        if sequence_parallel and not input_is_parallel:
+            raise ValueError("RowParallelLinear: sequence_parallel needs input_is_parallel=True")
+        self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
+        self.weight = sharded_parameter(dense.weight.data, 1, group)
+        self.bias = None
+        if dense.bias is not None:
+            self.bias = nn.Parameter(dense.bias.data.copy())
+            if sequence_parallel:
+                self.bias.tp_partial_grad = True
+
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = scatter_to_tensor_model_parallel_region(x, self.group)
+        y = exit_row_parallel(F.linear(x, self.weight), self.group, self.sequence_parallel)
+        return y + self.bias if self.bias is not None else y

@@ -1,0 +1,86 @@
+"""The transformer block under tensor parallelism: attention heads and MLP columns split.
+
+    ParallelSelfAttention:  f ─▶ q, k, v column-parallel (whole heads) ─▶ attention on the
+                            rank's heads ─▶ proj row-parallel ─▶ g
+    ParallelMLP:            f ─▶ fc column-parallel ─▶ gelu ─▶ proj row-parallel ─▶ g
+
+So each block does two all-reduces forward (the g's) and two backward (the f's), of
+one (batch, sequence, hidden) activation each. With sequence parallelism (Korthikanti
+et al. 2022) the LayerNorms and dropouts between them run on the rank's slice of the
+sequence, f is an all-gather and g a reduce-scatter: the same bytes, and the
+activations outside attention and MLP take 1/tp of the memory.
+"""
+from minitensor import nn
+from minitensor.models.gpt import MLP, Block, SelfAttention, attend
+from minitensor.nn import functional as F
+from minitensor.tensor import DEFAULT_FLOAT
+
+from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule, enter_column_parallel
+from .random import TensorParallelRNG
+from .sharding import divide, replicated_copy
+
+
+def dropout_like(dense_dropout, rng, sharded):
+    """The dense Dropout's probability, drawing from the tp rank's replicated or sharded stream."""
+    return nn.Dropout(dense_dropout.p, generator=rng.generator(sharded))
+
+
+class ParallelSelfAttention(TensorParallelModule):
+    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.build(SelfAttention(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
+
+    def build(self, dense, group, sequence_parallel=False, rng=None):
+        self.local_heads = divide(dense.n_head, group, "ParallelSelfAttention: n_head")
+        self.group, self.sequence_parallel = group, sequence_parallel
+        self.causal, self.dropout = dense.causal, dense.dropout
+        self.rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
+        # Rows h·d .. (h+1)·d of q, k, v belong to head h, so an equal split by rows is a split by whole heads.
+        self.q, self.k, self.v = (ColumnParallelLinear.from_dense(lin, group, sequence_parallel=sequence_parallel)
+                                  for lin in (dense.q, dense.k, dense.v))
+        self.proj = RowParallelLinear.from_dense(dense.proj, group, sequence_parallel=sequence_parallel)
+        self.resid_drop = dropout_like(dense.resid_drop, self.rng, sharded=sequence_parallel)
+
+    def forward(self, x):
+        h = enter_column_parallel(x, self.group, self.sequence_parallel)  # once for q, k and v
+        with self.rng.fork_sharded():  # the attention probabilities of this rank's own heads
+            y = attend(self.q.local(h), self.k.local(h), self.v.local(h), self.local_heads, self.causal,
+                       self.dropout, self.training)
+        return self.resid_drop(self.proj(y))
+
+
+class ParallelMLP(TensorParallelModule):
+    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.build(MLP(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
+
+    def build(self, dense, group, sequence_parallel=False, rng=None):
+        divide(dense.fc.weight.shape[0], group, "ParallelMLP: hidden size 4·d_model =")
+        self.group, self.sequence_parallel = group, sequence_parallel
+        rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
+        self.fc = ColumnParallelLinear.from_dense(dense.fc, group, sequence_parallel=sequence_parallel)
+        self.proj = RowParallelLinear.from_dense(dense.proj, group, sequence_parallel=sequence_parallel)
+        self.drop = dropout_like(dense.drop, rng, sharded=sequence_parallel)
+
+    def forward(self, x):
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class ParallelBlock(TensorParallelModule):
+    """Block with parallel attention and MLP; LayerNorms replicated (sequence-sharded under SP)."""
+
+    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.build(Block(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
+
+    def build(self, dense, group, sequence_parallel=False, rng=None):
+        self.group = group
+        rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
+        self.ln_1 = replicated_copy(dense.ln_1, partial_grad=sequence_parallel)
+        self.attn = ParallelSelfAttention.from_dense(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng)
+        self.ln_2 = replicated_copy(dense.ln_2, partial_grad=sequence_parallel)
+        self.mlp = ParallelMLP.from_dense(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
