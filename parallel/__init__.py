@@ -5,5 +5,11 @@ limit_blas_threads()  # must run before numpy is imported below
 
 from .comm import Group, run_threads, world  # noqa: E402
 from .mesh import Mesh  # noqa: E402
+from .tensor_parallel import (  # noqa: E402
+    ColumnParallelLinear, ParallelBlock, ParallelMLP, ParallelSelfAttention, RowParallelLinear, TensorParallelGPT,
+    VocabParallelEmbedding, tensor_parallel_gpt, vocab_parallel_cross_entropy,
+)
 
 __all__ = ["Group", "run_threads", "world", "Mesh"]
+__all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",
+            "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "tensor_parallel_gpt"]
