@@ -1,0 +1,225 @@
+"""Data parallelism: every rank holds a full replica and trains on its own slice of the batch.
+
+    rank r:  forward(batch_r) ─▶ backward ─▶ grads_r ─┐
+                                                      ├─ all-reduce, ÷ n ─▶ same grads on every rank ─▶ optimizer
+    rank s:  forward(batch_s) ─▶ backward ─▶ grads_s ─┘
+
+The mean of the n per-rank mean losses is the mean loss of the global batch (equal
+local batches), so averaging the gradients gives exactly the single-device gradient,
+and identical gradients keep the replicas identical step after step.
+
+How `DataParallel` does it, the way PyTorch's DDP does:
+
+* Construction broadcasts every parameter from rank 0 (frozen ones too: the replicas
+  must be the same model), so ranks seeded differently still start from rank 0's weights.
+* Buckets. The trainable parameters, in REVERSE registration order (roughly the order
+  backward produces their gradients), are cut into buckets of at most `bucket_mb` MiB
+  (a larger parameter gets a bucket of its own). A bucket's gradients travel as one flat
+  buffer: one all-reduce per bucket instead of one per parameter.
+* Overlap. Each trainable parameter has a post-accumulate-grad hook, which fires once
+  its `.grad` is final for this backward (a tied parameter used twice fires once, with
+  the summed gradient). When every parameter of a bucket is ready, the bucket is packed
+  and its all-reduce started with `async_op=True`, so it runs while backward computes
+  the remaining gradients. Buckets start strictly in index order, so every rank issues
+  the same collectives in the same order even if its graph differs.
+* The sync finishes by itself: the hook that makes the last parameter ready waits for
+  every bucket and writes the averaged gradients back into `.grad`. So when
+  `loss.backward()` returns, gradients are averaged; nothing to remember before
+  `optimizer.step()`. `finish_grad_sync()` does the same explicitly (idempotent); it is
+  only needed after backward passes that all ran inside `no_sync()` (e.g. a pipeline
+  schedule that syncs once after its last micro-batch).
+* Unused parameters (DDP's find_unused_parameters, always on): forward records the
+  parameters that its output's graph does not reach, and the first hook of backward
+  marks them ready; their contribution is their current `.grad` (accumulated under
+  no_sync) or zeros. Every rank thus reduces every bucket in lockstep, and after the
+  sync every trainable parameter has a gradient, possibly zeros. (A single device
+  would leave a parameter no rank used at `.grad = None`, which AdamW skips; here it
+  gets a zero gradient, so AdamW still decays it.)
+* Frozen parameters (`requires_grad=False`) are in no bucket: never reduced, never changed.
+* `no_sync()`: inside it the hooks do nothing, gradients just accumulate locally; the
+  first backward outside it reduces the ACCUMULATED gradients.
+"""
+import contextlib
+
+import numpy as np
+
+from minitensor.autograd import is_grad_enabled, topological_order
+from minitensor.tensor import Tensor
+
+MIB = 2**20
+
+
+def broadcast_parameters(params, group, root=0):
+    """Copy rank `root`'s value of every parameter into every rank's, in place."""
+    for p in params:
+        group.broadcast(p.data, root)
+
+
+def assign_buckets(params, bucket_bytes):
+    """Cut `params` (already in reverse order) into lists of at most `bucket_bytes` bytes each.
+
+    A new bucket also starts when the dtype changes: one flat buffer holds one dtype.
+    """
+    buckets, current, size = [], [], 0
+    for p in params:
+        if current and (size + p.data.nbytes > bucket_bytes or p.dtype != current[0].dtype):
+            buckets.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += p.data.nbytes
+    return buckets + [current] if current else buckets
+
+
+class Bucket:
+    """Parameters whose gradients are averaged together through one flat buffer."""
+
+    def __init__(self, params):
+        self.params = params
+        ends = np.cumsum([p.size for p in params])
+        self.slices = [slice(end - p.size, end) for p, end in zip(params, ends)]
+        self.buffer = np.empty(int(ends[-1]), params[0].dtype)
+        self.ready = set()  # ids of the parameters whose gradient is final for this step
+        self.request = None  # the all-reduce in flight
+
+    def is_ready(self):
+        return len(self.ready) == len(self.params)
+
+    def pack(self):
+        """Copy the gradients into the flat buffer (no gradient counts as zeros)."""
+        for p, where in zip(self.params, self.slices):
+            self.buffer[where] = 0 if p.grad is None else p.grad.reshape(-1)
+
+    def unpack(self, divisor):
+        """Write buffer / divisor back into each `.grad` (in place when there is one)."""
+        for p, where in zip(self.params, self.slices):
+            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
+
+    def reset(self):
+        self.ready.clear()
+        self.request = None
+
+
+def output_tensors(output):
+    """The Tensors inside a forward's output (a Tensor, or nested tuples/lists/dicts)."""
+    if isinstance(output, Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in output_tensors(item)]
+    return []
+
+
+class DataParallel:
+    """Wrap `module` so that gradients are averaged over `group` (see the module docstring).
+
+    `forward`/`__call__` run the module; every other attribute (`parameters()`,
+    `named_parameters()` with single-device names, `state_dict()`, `zero_grad()`, ...)
+    is the module's own.
+    """
+
+    def __init__(self, module, group, bucket_mb=25, overlap=True):
+        if not bucket_mb > 0:
+            raise ValueError(f"DataParallel: bucket_mb={bucket_mb!r} must be positive")
+        self.module, self.group, self.overlap = module, group, overlap
+        broadcast_parameters(module.parameters(), group)
+        self.names = {id(p): name for name, p in module.named_parameters()}
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        self.buckets = [Bucket(ps) for ps in assign_buckets(trainable[::-1], bucket_mb * MIB)]
+        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.sync_enabled = True
+        self.dirty = False  # a gradient was accumulated since the last sync
+        self.next_to_start = 0  # buckets [0, next_to_start) have their all-reduce started
+        self.waiting_for = len(trainable)  # parameters not yet ready this step
+        self.unused = []  # parameters the last forward's output does not reach, not yet marked ready
+        self.unused_ids = set()  # all of them, to catch a gradient that reaches one anyway
+        for p in trainable:
+            p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def __getattr__(self, name):  # only called for attributes DataParallel itself lacks
+        if name == "module":
+            raise AttributeError(name)
+        return getattr(self.module, name)
+
+    def forward(self, *args, **kwargs):
+        if self.waiting_for < len(self.bucket_of):
+            raise RuntimeError(
+                f"DataParallel: the previous backward made {len(self.bucket_of) - self.waiting_for} of "
+                f"{len(self.bucket_of)} trainable parameters ready but never finished the gradient sync; "
+                f"call finish_grad_sync() before the next forward")
+        output = self.module(*args, **kwargs)
+        roots = [t for t in output_tensors(output) if t.requires_grad]
+        if self.sync_enabled and is_grad_enabled():
+            self.unused = self.unreachable_parameters(roots)
+            self.unused_ids = {id(p) for p in self.unused}
+        return output
+
+    __call__ = forward
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate gradients locally; the first backward after the block reduces the sum."""
+        previous, self.sync_enabled = self.sync_enabled, False
+        try:
+            yield
+        finally:
+            self.sync_enabled = previous
+
+    # --- the per-step state machine -----------------------------------------------
+
+    def unreachable_parameters(self, roots):
+        """The trainable parameters that backward from `roots` cannot reach."""
+        reached = {id(t) for root in roots for t in topological_order(root)}
+        return [p for b in self.buckets for p in b.params if id(p) not in reached]
+
+    def on_grad_ready(self, p):
+        """The hook: `p.grad` is final for this backward."""
+        self.dirty = True
+        if not self.sync_enabled:
+            return
+        if id(p) in self.unused_ids:
+            raise RuntimeError(
+                f"DataParallel: parameter '{self.names[id(p)]}' got a gradient although the output of "
+                f"forward() does not depend on it; compute the loss from the output of forward()")
+        unused, self.unused = self.unused, []
+        for q in unused:  # the first hook of the step also readies the unused parameters
+            self.mark_ready(q)
+        self.mark_ready(p)
+
+    def mark_ready(self, p):
+        bucket = self.bucket_of[id(p)]
+        if id(p) in bucket.ready:
+            raise RuntimeError(f"DataParallel: parameter '{self.names[id(p)]}' got two gradients in one step "
+                               f"(two backward passes without finish_grad_sync() in between)")
+        bucket.ready.add(id(p))
+        self.waiting_for -= 1
+        if self.overlap:
+            self.start_ready_buckets()
+        if self.waiting_for == 0:
+            self.finish_grad_sync()
+
+    def start_ready_buckets(self, all_of_them=False):
+        """Start the all-reduce of each next bucket, in index order, while it is ready."""
+        while self.next_to_start < len(self.buckets):
+            bucket = self.buckets[self.next_to_start]
+            if not (all_of_them or bucket.is_ready()):
+                return
+            bucket.pack()
+            bucket.request = self.group.all_reduce(bucket.buffer, async_op=True)
+            self.next_to_start += 1
+
+    def finish_grad_sync(self):
+        """Average every gradient accumulated since the last sync over the group.
+
+        Runs by itself at the end of a backward outside `no_sync()`; call it explicitly
+        after backward passes that all ran inside `no_sync()`. A no-op when nothing
+        was accumulated since the last sync. Every rank must call it alike.
+        """
+        if not self.dirty:
+            return
+        self.start_ready_buckets(all_of_them=True)
+        for bucket in self.buckets:
+            bucket.request.wait()
+            bucket.unpack(self.group.size)
+            bucket.reset()
+        self.next_to_start, self.waiting_for, self.dirty, self.unused = 0, len(self.bucket_of), False, []

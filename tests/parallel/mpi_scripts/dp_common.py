@@ -1,0 +1,218 @@
+"""Data parallel and ZeRO-1 against one device: the runs and checks shared by the
+threads tests (tests/parallel/test_data_parallel.py, test_zero.py) and the mpiexec
+worker (dp_equivalence.py), so both backends are held to exactly the same checks.
+
+A run trains `steps` AdamW steps on a global batch of `n * micro * rows` sequences:
+rank r takes rows [r·L, (r+1)·L) (L = micro·rows), cut into `micro` micro-batches whose
+losses are scaled by 1/micro. The reference trains one device on the whole batch.
+"""
+import numpy as np
+
+import minitensor as mt
+from minitensor import nn
+from minitensor.models import GPT, GPTConfig
+from minitensor.nn import functional as F
+from minitensor.optim import AdamW
+from parallel import DataParallel, ZeroOptimizer
+from parallel.zero import flatten
+
+LR, BETAS, EPS, WEIGHT_DECAY = 1e-2, (0.9, 0.999), 1e-8, 0.1
+VOCAB, SEQ = 11, 5
+
+
+def assert_close(got, ref):
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(ref).max(initial=0))))
+
+
+class TinyNet(nn.Module):
+    """A small language model with the three cases data parallelism must get right:
+    a frozen Linear, a Linear applied twice, and an lm head tied to the embedding."""
+
+    def __init__(self, vocab=VOCAB, d=8, hidden=12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.frozen = nn.Linear(d, d)
+        for p in self.frozen.parameters():
+            p.requires_grad = False
+        self.twice = nn.Linear(d, d)
+        self.fc = nn.Linear(d, hidden)
+        self.proj = nn.Linear(hidden, d)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, idx, targets):
+        x = self.frozen(self.emb(idx)).tanh()
+        x = self.twice(self.twice(x).tanh())
+        x = x + self.proj(F.gelu(self.fc(x)))
+        logits = self.ln(x) @ self.emb.weight.T  # the tied head: emb.weight is used twice too
+        return logits, F.cross_entropy(logits, targets)
+
+
+def tiny_net():
+    return TinyNet().double()
+
+
+def tiny_gpt():
+    """GPT with its position embedding frozen, so a frozen parameter sits in a real model."""
+    model = GPT(GPTConfig(vocab_size=VOCAB, block_size=SEQ, n_layer=2, n_head=2, d_model=8)).double()
+    model.pos_emb.weight.requires_grad = False
+    return model
+
+
+MODELS = {"tiny": tiny_net, "gpt": tiny_gpt}
+
+
+def make_data(seed, n, micro, rows, steps):
+    """(idx, targets) of the global batch for each step."""
+    rng = np.random.default_rng(seed)
+    shape = (n * micro * rows, SEQ)
+    return [(rng.integers(0, VOCAB, shape), rng.integers(0, VOCAB, shape)) for _ in range(steps)]
+
+
+def micro_batches(batch, rank, n, micro):
+    idx, targets = batch
+    local = len(idx) // n
+    rows = local // micro
+    start = rank * local
+    return [(idx[s:s + rows], targets[s:s + rows]) for s in range(start, start + local, rows)]
+
+
+def grads_of(model):
+    return {name: p.grad.copy() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def trainable_numel(model):
+    return sum(p.size for p in model.parameters() if p.requires_grad)
+
+
+def run_single(model_name, seed, data):
+    """The reference: one device, whole batch. Returns initial params, per-step losses and grads, final params."""
+    mt.manual_seed(seed)
+    model = MODELS[model_name]()
+    initial = model.state_dict()
+    opt = AdamW(model.parameters(), LR, BETAS, EPS, WEIGHT_DECAY)
+    losses, grads = [], []
+    for idx, targets in data:
+        opt.zero_grad()
+        _, loss = model(idx, targets)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(grads_of(model))
+        opt.step()
+    return dict(initial=initial, losses=losses, grads=grads, final=model.state_dict(),
+                state_bytes=opt.state_bytes(), numel=trainable_numel(model))
+
+
+def local_step(forward, batches, micro):
+    """Forward and backward over some of this rank's `micro` micro-batches; returns their share of the local loss."""
+    total = 0.0
+    for mb_idx, mb_targets in batches:
+        _, loss = forward(mb_idx, mb_targets)
+        (loss * (1.0 / micro)).backward()
+        total += loss.item() / micro
+    return total
+
+
+def run_data_parallel(group, model_name, seed, data, micro, bucket_mb, overlap, explicit_finish):
+    """DataParallel on this rank, seeded differently from every other rank.
+
+    explicit_finish=False: the first micro-1 micro-steps under no_sync, the last one
+    syncs by itself at the end of its backward (no call in between). True: every
+    micro-step under no_sync, then finish_grad_sync() (a pipeline's pattern).
+    """
+    rank, n = group.rank, group.size
+    mt.manual_seed(seed + 1000 * rank)
+    model = MODELS[model_name]()
+    dp = DataParallel(model, group, bucket_mb=bucket_mb, overlap=overlap)
+    initial = model.state_dict()
+    opt = AdamW(model.parameters(), LR, BETAS, EPS, WEIGHT_DECAY)
+    group.reset_stats()
+    losses, grads = [], []
+    for batch in data:
+        opt.zero_grad()
+        mbs = micro_batches(batch, rank, n, micro)
+        with dp.no_sync():
+            loss = local_step(dp, mbs[:-1], micro)
+        if explicit_finish:
+            with dp.no_sync():
+                loss += local_step(dp, mbs[-1:], micro)
+            dp.finish_grad_sync()
+        else:
+            loss += local_step(dp, mbs[-1:], micro)
+        losses.append(loss)
+        grads.append(grads_of(model))
+        opt.step()
+    stats = group.stats()
+    return dict(initial=initial, losses=global_mean(group, losses), grads=grads, final=model.state_dict(),
+                stats=stats, replicas=gather_params(group, model))
+
+
+def run_zero(group, model_name, seed, data, micro):
+    """ZeroOptimizer on the plain model (no DataParallel: the optimizer reduces the gradients)."""
+    rank, n = group.rank, group.size
+    mt.manual_seed(seed + 1000 * rank)
+    model = MODELS[model_name]()
+    opt = ZeroOptimizer(model.parameters(), group, LR, BETAS, EPS, WEIGHT_DECAY)
+    initial = model.state_dict()
+    group.reset_stats()
+    losses, grad_shards = [], []
+    for batch in data:
+        opt.zero_grad()
+        losses.append(local_step(model, micro_batches(batch, rank, n, micro), micro))
+        opt.step()
+        grad_shards.append(opt.grad_shard.copy())
+    stats = group.stats()
+    return dict(initial=initial, losses=global_mean(group, losses), grad_shards=grad_shards, shard=opt.shard,
+                final=model.state_dict(), stats=stats, state_bytes=opt.state_bytes(),
+                replicas=gather_params(group, model))
+
+
+def global_mean(group, local_values):
+    """The global batch's loss per step: the mean over ranks of the local means."""
+    return group.all_reduce(np.array(local_values)) / group.size
+
+
+def gather_params(group, model):
+    """Every rank's parameters, flattened, one row per rank."""
+    flat = flatten([p.data for p in model.parameters()], sum(p.size for p in model.parameters()))
+    return group.all_gather(flat[None])
+
+
+def check_common(run, ref, n):
+    """Same start (rank 0's weights), same losses, same final parameters, replicas bit-identical."""
+    for name, value in ref["initial"].items():
+        np.testing.assert_array_equal(run["initial"][name], value, err_msg=f"initial {name}")
+    assert_close(run["losses"], np.array(ref["losses"]))
+    for name, value in ref["final"].items():
+        assert_close(run["final"][name], value)
+    replicas = run["replicas"]
+    assert all(np.array_equal(replicas[0], replicas[r]) for r in range(n)), "replicas differ across ranks"
+    for name, value in ref["initial"].items():
+        if name.startswith(("frozen.", "pos_emb.")):
+            np.testing.assert_array_equal(run["final"][name], value, err_msg=f"frozen {name} changed")
+
+
+def check_data_parallel(run, ref, n, steps):
+    """Plus: every gradient, and exactly the trainable elements all-reduced once per step."""
+    check_common(run, ref, n)
+    for got, want in zip(run["grads"], ref["grads"]):
+        assert got.keys() == want.keys()
+        for name in want:
+            assert_close(got[name], want[name])
+    assert run["stats"]["all_reduce"]["elements"] == steps * ref["numel"], run["stats"]
+    assert set(run["stats"]) == {"all_reduce"}, run["stats"]
+
+
+def check_zero(run, ref, n, steps):
+    """Plus: this rank's averaged gradient chunk, reduce-scatter + all-gather of the
+    (padded) trainable elements per step and nothing else, 1/n of AdamW's state."""
+    check_common(run, ref, n)
+    start, stop = run["shard"]
+    for got, want in zip(run["grad_shards"], ref["grads"]):
+        assert_close(got[:stop - start], flatten(list(want.values()), ref["numel"])[start:stop])
+    padded = -(-ref["numel"] // n) * n
+    stats = run["stats"]
+    assert set(stats) == {"reduce_scatter", "all_gather"}, stats
+    assert stats["reduce_scatter"]["elements"] == stats["all_gather"]["elements"] == steps * padded, stats
+    itemsize = 8  # float64 moments, two of them per element
+    assert run["state_bytes"] == 2 * itemsize * padded // n
+    assert abs(run["state_bytes"] - ref["state_bytes"] / n) <= 2 * itemsize

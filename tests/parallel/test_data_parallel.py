@@ -1,0 +1,140 @@
+"""DataParallel on the threads backend: equal to one device on the global batch, always."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import minitensor as mt
+import parallel
+from minitensor import nn
+from minitensor.nn import functional as F
+from parallel import DataParallel, run_threads
+from parallel.data_parallel import assign_buckets
+from mpi_scripts.dp_common import (assert_close, check_data_parallel, make_data, run_data_parallel, run_single,
+                                   tiny_net)
+from strategies import seeds
+
+STEPS = 3
+
+
+def train_and_check(model_name, seed, n, micro, bucket_mb, overlap, explicit_finish, rows=2):
+    data = make_data(seed, n, micro, rows, STEPS)
+    ref = run_single(model_name, seed, data)
+    runs = run_threads(n, lambda: run_data_parallel(parallel.world(), model_name, seed, data, micro, bucket_mb,
+                                                    overlap, explicit_finish), timeout=60)
+    for run in runs:
+        check_data_parallel(run, ref, n, STEPS)
+
+
+# 1e-6 MiB is a byte: every parameter gets a bucket of its own; 0.001 MiB holds a few; 25 holds all.
+@given(n=st.integers(1, 4), micro=st.integers(1, 3), bucket_mb=st.sampled_from([1e-6, 0.001, 25]),
+       overlap=st.booleans(), explicit_finish=st.booleans(), seed=seeds)
+def test_equals_one_device_on_the_global_batch(n, micro, bucket_mb, overlap, explicit_finish, seed):
+    train_and_check("tiny", seed, n, micro, bucket_mb, overlap, explicit_finish)
+
+
+@pytest.mark.parametrize("n, micro, bucket_mb, overlap", [(2, 2, 0.002, True), (3, 1, 1e-6, False)])
+def test_gpt_equals_one_device(n, micro, bucket_mb, overlap):
+    train_and_check("gpt", 7, n, micro, bucket_mb, overlap, explicit_finish=False)
+
+
+def test_buckets_hold_reverse_order_within_the_size_bound():
+    mt.manual_seed(0)
+    trainable = [p for p in tiny_net().parameters() if p.requires_grad]
+    bound = 600  # bytes: between the smallest (64 B) and the largest (704 B) float64 parameter
+    buckets = assign_buckets(trainable[::-1], bound)
+    assert [p for b in buckets for p in b] == trainable[::-1]
+    assert all(sum(p.data.nbytes for p in b) <= bound or len(b) == 1 for b in buckets)
+    # Greedy: no bucket could have taken the next bucket's first parameter.
+    assert all(sum(p.data.nbytes for p in b) + nxt[0].data.nbytes > bound for b, nxt in zip(buckets, buckets[1:]))
+
+
+def test_a_new_bucket_starts_where_the_dtype_changes():
+    params = [nn.Parameter(np.zeros(2, dtype)) for dtype in (np.float32, np.float32, np.float64, np.float32)]
+    assert [len(b) for b in assign_buckets(params, 1 << 20)] == [2, 1, 1]
+
+
+def test_the_hook_of_a_parameter_used_twice_fires_once_with_the_summed_gradient():
+    w = mt.tensor(np.array([2.0, 3.0]), requires_grad=True)
+    seen = []
+    w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.copy()))
+    ((w * w).sum() + (w * 5.0).sum()).backward()
+    assert len(seen) == 1
+    np.testing.assert_array_equal(seen[0], 2 * w.data + 5.0)
+    np.testing.assert_array_equal(w.grad, seen[0])
+
+
+class TwoHeads(nn.Module):
+    """`a` is used on every rank; `b` only when the batch says so; `never` is never used."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 2)
+        self.b = nn.Linear(3, 2)
+        self.never = nn.Linear(3, 2)
+
+    def forward(self, x, use_b):
+        y = self.a(x)
+        return (y + self.b(x) if use_b else y).sum()
+
+
+def test_unused_parameters_count_as_zero_and_backward_still_finishes_the_sync():
+    x = mt.tensor(np.arange(6.0).reshape(2, 3))
+
+    def rank_fn():
+        group = parallel.world()
+        mt.manual_seed(group.rank)
+        dp = DataParallel(TwoHeads().double(), group, bucket_mb=1e-6)
+        dp(x, use_b=group.rank == 0).backward()  # no finish_grad_sync() call: backward's end syncs
+        return {name: p.grad for name, p in dp.named_parameters()}, group.stats()["all_reduce"]["elements"]
+
+    results = run_threads(3, rank_fn, timeout=30)
+    for grads, elements in results:
+        np.testing.assert_array_equal(grads["a.weight"], np.tile(x.data.sum(axis=0), (2, 1)))
+        np.testing.assert_array_equal(grads["b.weight"], np.tile(x.data.sum(axis=0), (2, 1)) / 3)
+        np.testing.assert_array_equal(grads["never.weight"], np.zeros((2, 3)))
+        assert elements == 3 * (6 + 2)
+
+
+def test_an_unfinished_sync_is_caught_at_the_next_forward():
+    def rank_fn():
+        group = parallel.world()
+        mt.manual_seed(0)
+        model = nn.Linear(3, 2).double()
+        dp = DataParallel(model, group)
+        x = mt.tensor(np.ones((1, 3)))
+        out = dp(x)
+        # Backward from a tensor that is not forward's output: the bias hook fires, the weight's never does.
+        (model.bias * 1.0).sum().backward()
+        with pytest.raises(RuntimeError, match="1 of 2 trainable parameters ready"):
+            dp(x)
+        dp.finish_grad_sync()
+        out.sum().backward()  # the next step runs normally
+        return model.weight.grad
+
+    for grad in run_threads(2, rank_fn, timeout=30):
+        np.testing.assert_array_equal(grad, np.ones((2, 3)))
+
+
+def test_a_gradient_for_a_parameter_forward_did_not_use_is_an_error():
+    def rank_fn():
+        dp = DataParallel(TwoHeads().double(), parallel.world())
+        loss = dp(mt.tensor(np.ones((1, 3))), use_b=False) + (dp.module.b.weight * 1.0).sum()
+        loss.backward()
+
+    with pytest.raises(RuntimeError, match="parameter 'b.weight' got a gradient although the output of forward"):
+        run_threads(2, rank_fn, timeout=30)
+
+
+def test_rejects_a_non_positive_bucket_size():
+    with pytest.raises(ValueError, match="bucket_mb=0 must be positive"):
+        DataParallel(tiny_net(), parallel.world(), bucket_mb=0)
+
+
+def test_delegates_to_the_module_under_single_device_names():
+    mt.manual_seed(0)
+    model = tiny_net()
+    dp = DataParallel(model, parallel.world())
+    assert [name for name, _ in dp.named_parameters()] == [name for name, _ in model.named_parameters()]
+    idx = np.zeros((1, 5), np.int64)
+    logits, loss = dp(idx, idx)
+    assert_close(loss.data, F.cross_entropy(model(idx, idx)[0], idx).data)
