@@ -1,7 +1,8 @@
 """See the graph behind a tensor: Graphviz DOT text, and a table of FLOPs and saved memory.
 
     logits, loss = model(idx, targets)
-    print(graph.summary(loss, file=None))   # or: open("g.dot", "w").write(graph.to_dot(loss))
+    graph.summary(loss)                 # prints the table (and returns it as a string)
+    open("g.dot", "w").write(graph.to_dot(loss))
     loss.backward()
 
 Walk the graph BEFORE `backward()`: backward releases every node it passes (that is how
@@ -13,7 +14,6 @@ around (reshape, indexing, ...) is free, everything else costs about one FLOP pe
 of its output (its input for reductions). Ops not named in `FLOP_RULES` fall back to that.
 """
 import math
-import sys
 
 import numpy as np
 
@@ -76,9 +76,9 @@ def totals(tensor):
             "saved_bytes": sum(a.nbytes for a in unique.values())}
 
 
-def summary(tensor, file=sys.stdout):
+def summary(tensor, show=True, file=None):
     """A table of ops, output shapes, FLOPs and saved bytes with totals; printed to
-    `file` (None: not printed) and returned as a string."""
+    `file` (default: stdout) when `show`, and returned as a string."""
     rows = [(r["op"], str(r["shape"]), f"{r['flops']:,}", f"{r['saved_bytes']:,}") for r in ops_table(tensor)]
     total = totals(tensor)
     header = ("op", "output shape", "FLOPs", "saved bytes")
@@ -90,7 +90,7 @@ def summary(tensor, file=sys.stdout):
 
     rule = "-" * len(line(header))
     text = "\n".join([line(header), rule, *map(line, rows), rule, line(footer)])
-    if file is not None:
+    if show:
         print(text, file=file)
     return text
 
