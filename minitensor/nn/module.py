@@ -31,12 +31,15 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+        # Replacing a parameter or module keeps its place in the order (as in PyTorch), so
+        # swapping a layer for, say, its tensor-parallel version does not reorder the names.
+        target = (self._parameters if isinstance(value, Parameter)
+                  else self._modules if isinstance(value, Module) else None)
         for registry in (self._parameters, self._modules):
-            registry.pop(name, None)
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
+            if registry is not target:
+                registry.pop(name, None)
+        if target is not None:
+            target[name] = value
         object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):
