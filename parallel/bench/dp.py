@@ -1,0 +1,95 @@
+"""Data-parallel training throughput of the medium GPT: 1 rank against 2.
+
+    python -m parallel.bench dp [--ranks 1 2] [--steps 8] [--warmup 2]
+
+The model: GPT with d_model 512, 4 layers, 8 heads, block 128, vocab 256, float32,
+AdamW, trained through DataParallel (25 MiB buckets, overlap on). Each rank count runs
+under mpiexec with ONE BLAS thread per rank and the same per-rank batch (8 sequences),
+so n ranks process n times the tokens of one (weak scaling; perfect scaling = n×).
+
+    step time  = median over steps of the slowest rank's forward + backward + step
+    tokens/s   = ranks · batch · block / step time
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
+BATCH = 8
+RESULT = "dp-bench-result "
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m parallel.bench dp", description=__doc__.split("\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts to run (default 1 2)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per rank count (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse(argv)
+    if args.worker:
+        return run_worker(args.steps, args.warmup)
+    from parallel.launch import find_mpiexec
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        print("dp benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
+        return 1
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env.update({var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel; 1 BLAS thread per rank")
+    results = []
+    for n in args.ranks:
+        command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "dp",
+                   "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+        results.append(json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):]))
+    print_table(results)
+    return 0
+
+
+def print_table(results):
+    base = results[0]["tokens_per_s"] / results[0]["ranks"]
+    print(f"{'ranks':>5} {'step time':>10} {'tokens/s':>10} {'vs 1 rank':>10}")
+    for r in results:
+        print(f"{r['ranks']:>5} {r['step_s']:>8.3f} s {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / base:>9.2f}x")
+
+
+def run_worker(steps, warmup):
+    import numpy as np
+
+    import minitensor as mt
+    import parallel
+    from minitensor.models import GPT, GPTConfig
+    from minitensor.optim import AdamW
+
+    group = parallel.world()
+    mt.manual_seed(0)
+    model = GPT(GPTConfig(**CONFIG))
+    dp = parallel.DataParallel(model, group)
+    opt = AdamW(model.parameters(), lr=3e-4)
+    rng = np.random.default_rng(group.rank)
+    shape = (BATCH, CONFIG["block_size"])
+    times = np.empty(steps)
+    for step in range(warmup + steps):
+        idx, targets = rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
+        group.barrier()
+        start = time.perf_counter()
+        opt.zero_grad()
+        dp(idx, targets)[1].backward()
+        opt.step()
+        if step >= warmup:
+            times[step - warmup] = time.perf_counter() - start
+    group.all_reduce(times, op="max")
+    step_s = float(np.median(times))
+    if group.rank == 0:
+        tokens = group.size * BATCH * CONFIG["block_size"]
+        print(RESULT + json.dumps({"ranks": group.size, "step_s": step_s, "tokens_per_s": tokens / step_s}))
+    return 0
