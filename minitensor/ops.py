@@ -246,6 +246,17 @@ class Gelu(Function):
         return d
 
 
+class Cast(Function):
+    """A change of dtype; the gradient goes back in the input's dtype."""
+
+    def forward(self, a, dtype):
+        self.dtype = a.dtype
+        return a.astype(dtype)
+
+    def backward(self, grad):
+        return grad.astype(self.dtype)
+
+
 class Where(Function):
     """`where(cond, a, b)`; `cond` is a boolean numpy array (no gradient)."""
 
@@ -337,6 +348,10 @@ def relu(a):
 
 def gelu(a):
     return Gelu.apply(a)
+
+
+def cast(a, dtype):
+    return Cast.apply(a, dtype=np.dtype(dtype))
 
 
 def where(cond, a, b):

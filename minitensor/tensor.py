@@ -69,7 +69,7 @@ class Tensor:
         return Tensor(self.data)
 
     def astype(self, dtype):
-        return Tensor(self.data.astype(dtype), requires_grad=self.requires_grad)
+        return ops.cast(self, dtype)
 
     # ---- autograd ----------------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
