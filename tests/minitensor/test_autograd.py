@@ -218,3 +218,12 @@ def test_a_backward_returning_the_wrong_shape_is_named():
     x = mt.tensor(np.ones((2, 3)), requires_grad=True)
     with pytest.raises(RuntimeError, match=r"Bad.*\(3,\).*\(2, 3\)"):
         Bad.apply(x).backward(np.ones((2, 3)))
+
+
+def test_astype_is_differentiable_and_returns_the_gradient_in_the_input_dtype():
+    x = mt.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    y = (x * 2.0).astype(np.float64)
+    assert y.dtype == np.float64 and not y.is_leaf
+    (y * mt.tensor(np.array([3.0, 4.0]))).sum().backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad, [6.0, 8.0])
