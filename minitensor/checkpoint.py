@@ -56,7 +56,8 @@ def checkpoint(fn, *args, generators=()):
     node = Checkpoint()
     node.fn, node.args, node.rng_states = fn, args, rng_states
     node.inputs = tuple(a for a in args if isinstance(a, Tensor))
-    node.save_for_backward(*(t.data for t in node.inputs))
+    values = (a.data if isinstance(a, Tensor) else a for a in args)
+    node.save_for_backward(*(a for a in values if isinstance(a, np.ndarray)))  # all the region keeps
     result = Tensor(out.data, requires_grad=np.issubdtype(out.dtype, np.floating))
     if result.requires_grad:
         result._node = node

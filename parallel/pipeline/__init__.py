@@ -3,3 +3,7 @@ from .checker import DeadlockError, ScheduleError, ScheduleReport, check_schedul
 from .schedules import (Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk,
                         stage_of)
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
+from .executor import Pipeline
+from .gather import gather_named_arrays
+from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
+from .stage import PipelineStage

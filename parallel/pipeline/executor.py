@@ -1,0 +1,227 @@
+"""`Pipeline`: run any schedule's action list on this rank's stages.
+
+The schedule (schedules.py) is data: for this rank, an ordered list of
+recv_fwd / forward / send_fwd / recv_bwd / backward / send_bwd actions on
+(micro-batch, chunk). The executor replays it with blocking `send`/`recv`, exactly
+the semantics under which checker.py proved the lists deadlock-free:
+
+    recv_fwd   receive the activation (micro_batch, T, d_model) into a fresh buffer;
+               it becomes a leaf that requires grad, so backward yields its gradient
+    forward    run the stage on it (first stage: on the token indices); the last
+               stage returns the micro-batch's mean loss
+    send_fwd   send the output; then drop its values (only its graph is still needed,
+               Megatron-LM's deallocate_output_tensor)
+    recv_bwd   receive the gradient of the output
+    backward   last stage: backward from loss / m; else from the received gradient.
+               The graph (every saved activation) is released here
+    send_bwd   send the input's gradient to the previous stage
+
+Message shapes and dtypes are known on every rank from the config and the batch,
+so no shape ever travels. Scaling each micro-batch loss by 1/m makes the
+accumulated gradients those of the mean loss over the global batch: the same as
+the single-device model's.
+
+`train_step` zeroes the stages' gradients, runs the list, and returns the mean loss
+on every rank (the last stage broadcasts it). The optimizer step is the caller's:
+
+    pipe = Pipeline.from_gpt(model, group, microbatches=4, schedule="1f1b")
+    opt = AdamW(pipe.parameters())
+    loss = pipe.train_step(idx, targets); opt.step()
+"""
+import time
+
+import numpy as np
+
+from minitensor.checkpoint import checkpoint as checkpointed
+from minitensor.tensor import Tensor
+
+from ..comm.group import TAG_UB
+from .gather import all_gather_ragged, gather_named_arrays
+from .memory import ActivationMeter, activation_bytes
+from .partition import stages_for_rank
+from .schedules import KINDS, get_schedule, stage_of
+from .timeline import Event, Timeline, bubble_theory
+
+
+class Pipeline:
+    """This rank's part of a pipeline: its stages (one per model chunk) and its actions.
+
+    stages: the PipelineStage(s) of this rank in chunk order (chunk c is model stage
+    c·p + rank); group: the pipeline group (p = group.size ranks); microbatches: m;
+    schedule: "gpipe", "1f1b" or "interleaved" (needs len(stages) > 1 chunks);
+    checkpoint: recompute each stage's forward in its backward, so a stored
+    micro-batch costs only its stage input (GPipe's re-materialisation).
+    """
+
+    def __init__(self, stages, group, microbatches, schedule="1f1b", checkpoint=False):
+        self.stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
+        self.group, self.m, self.v = group, microbatches, len(self.stages)
+        self.p, self.rank = group.size, group.rank
+        self.schedule, self.checkpoint = schedule, checkpoint
+        self.actions = get_schedule(schedule, self.p, microbatches, self.v)[self.rank]
+        self._check_stages()
+        self.events, self.meter = [], ActivationMeter()
+
+    @classmethod
+    def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, checkpoint=False):
+        """Cut the dense `model` into group.size · chunks stages (balance: blocks per
+        stage, default by parameter count) and keep this rank's."""
+        stages = stages_for_rank(model, group.rank, group.size, chunks, balance)
+        return cls(stages, group, microbatches, schedule, checkpoint)
+
+    def _check_stages(self):
+        for chunk, stage in enumerate(self.stages):
+            expected = stage_of(self.rank, chunk, self.p)
+            if (stage.stage, stage.num_stages) != (expected, self.p * self.v):
+                raise ValueError(f"rank {self.rank} of a {self.p}-rank pipeline with {self.v} chunk(s) needs "
+                                 f"stage {expected} of {self.p * self.v} as chunk {chunk}, "
+                                 f"got stage {stage.stage} of {stage.num_stages}")
+
+    # --- the module interface ------------------------------------------------------
+
+    def named_parameters(self):
+        return [item for stage in self.stages for item in stage.named_parameters()]
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def zero_grad(self):
+        for stage in self.stages:
+            stage.zero_grad()
+
+    def full_state_dict(self):
+        """Collective over the pipeline group: every parameter, single-device names."""
+        return gather_named_arrays(self.group, {n: p.data for n, p in self.named_parameters()})
+
+    def full_grads(self):
+        """Collective over the pipeline group: every gradient, single-device names."""
+        return gather_named_arrays(self.group, {n: p.grad for n, p in self.named_parameters()
+                                                if p.grad is not None})
+
+    # --- one training step ---------------------------------------------------------
+
+    def train_step(self, idx, targets):
+        """Forward and backward of the global batch idx (B, T) with targets (B, T) in
+        m micro-batches; returns the mean loss (on every rank). Gradients are left in
+        the parameters' .grad for the caller's optimizer."""
+        idx, targets = np.asarray(idx), np.asarray(targets)
+        if idx.ndim != 2 or targets.shape != idx.shape:
+            raise ValueError(f"train_step needs idx and targets of the same shape (B, T), "
+                             f"got {idx.shape} and {targets.shape}")
+        if idx.shape[0] % self.m:
+            raise ValueError(f"batch size {idx.shape[0]} is not divisible by microbatches={self.m}")
+        self.zero_grad()
+        step = _Step(self, np.split(idx, self.m), np.split(targets, self.m))
+        self.meter, self.events = step.meter, []
+        self.group.barrier()  # a common time origin for every rank's events
+        t0 = time.perf_counter()
+        for action in self.actions:
+            start = time.perf_counter()
+            step.run(action)
+            self.events.append(Event(self.rank, action.kind, action.microbatch, action.chunk,
+                                     start - t0, time.perf_counter() - t0))
+        step.check_all_freed()
+        return self._broadcast_loss(step.losses)
+
+    def _broadcast_loss(self, losses):
+        """The mean of the micro-batch losses, from the last stage's rank to all."""
+        last_rank = self.p - 1  # stage p·v - 1 is chunk v - 1 of rank p - 1
+        value = np.array([np.mean(losses) if self.rank == last_rank else 0.0])
+        return float(self.group.broadcast(value, root=last_rank)[0])
+
+    # --- what the step did ---------------------------------------------------------
+
+    @property
+    def peak_activations(self):
+        """Most (micro-batch, chunk) graphs this rank held at once in the last step."""
+        return self.meter.peak_count
+
+    @property
+    def peak_activation_bytes(self):
+        return self.meter.peak_bytes
+
+    def timeline(self):
+        """Collective: the last step's events of every rank, as a Timeline."""
+        rows = np.array([[e.rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
+                         for e in self.events], dtype=np.float64).reshape(-1)
+        events = [Event(int(r), KINDS[int(k)], int(mb), int(c), s, e)
+                  for flat in all_gather_ragged(self.group, rows)
+                  for r, k, mb, c, s, e in flat.reshape(-1, 6)]
+        return Timeline(events, num_ranks=self.p)
+
+    def bubble(self):
+        """Collective: (measured, theoretical) bubble fraction of the last step."""
+        return self.timeline().bubble_fraction(), bubble_theory(self.p, self.m, self.v)
+
+
+def message_tag(microbatch, to_stage, backward, num_stages):
+    """A tag naming the message (micro-batch, receiving stage, direction). Matching
+    follows the list order anyway; the tag makes a mismatch fail loudly instead of
+    delivering the wrong tensor. Wraps modulo MPI's guaranteed tag range."""
+    return (2 * (microbatch * num_stages + to_stage) + backward) % (TAG_UB - 1)
+
+
+class _Step:
+    """The state of one train_step on one rank: what each action reads and leaves."""
+
+    def __init__(self, pipe, idx_chunks, target_chunks):
+        self.pipe, self.idx, self.targets = pipe, idx_chunks, target_chunks
+        self.inputs, self.outputs, self.output_grads, self.input_grads = {}, {}, {}, {}
+        self.losses, self.meter = [], ActivationMeter()
+        first = pipe.stages[0]
+        self.shape = first.activation_shape(*idx_chunks[0].shape)
+        self.dtype = next(p.dtype for p in first.parameters() if np.issubdtype(p.dtype, np.floating))
+        self.num_stages = pipe.p * pipe.v
+
+    def run(self, action):
+        getattr(self, action.kind)(action.microbatch, action.chunk, action.peer)
+
+    def stage_id(self, chunk):
+        return stage_of(self.pipe.rank, chunk, self.pipe.p)
+
+    def recv_fwd(self, mb, chunk, peer):
+        buffer = np.empty(self.shape, self.dtype)
+        tag = message_tag(mb, self.stage_id(chunk), 0, self.num_stages)
+        self.inputs[mb, chunk] = Tensor(self.pipe.group.recv(buffer, peer, tag), requires_grad=True)
+
+    def forward(self, mb, chunk, peer):
+        stage = self.pipe.stages[chunk]
+        x = self.idx[mb] if stage.is_first else self.inputs[mb, chunk]
+        targets = self.targets[mb] if stage.is_last else None
+        out = checkpointed(stage, x, targets) if self.pipe.checkpoint else stage(x, targets)
+        if stage.is_last:
+            self.losses.append(out.item())
+        self.outputs[mb, chunk] = out
+        self.meter.stored((mb, chunk), activation_bytes(out))
+
+    def send_fwd(self, mb, chunk, peer):
+        out = self.outputs[mb, chunk]
+        self.pipe.group.send(out.data, peer, message_tag(mb, self.stage_id(chunk) + 1, 0, self.num_stages))
+        # Backward needs the output's graph, not its values: keep shape and dtype only.
+        out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+
+    def recv_bwd(self, mb, chunk, peer):
+        buffer = np.empty(self.shape, self.dtype)
+        tag = message_tag(mb, self.stage_id(chunk), 1, self.num_stages)
+        self.output_grads[mb, chunk] = self.pipe.group.recv(buffer, peer, tag)
+
+    def backward(self, mb, chunk, peer):
+        out = self.outputs.pop((mb, chunk))
+        if self.pipe.stages[chunk].is_last:
+            out.backward(np.asarray(1.0 / self.pipe.m))
+        else:
+            out.backward(self.output_grads.pop((mb, chunk)))
+        self.meter.freed((mb, chunk))
+        if (mb, chunk) in self.inputs:
+            self.input_grads[mb, chunk] = self.inputs.pop((mb, chunk)).grad
+
+    def send_bwd(self, mb, chunk, peer):
+        grad = self.input_grads.pop((mb, chunk))
+        self.pipe.group.send(grad, peer, message_tag(mb, self.stage_id(chunk) - 1, 1, self.num_stages))
+
+    def check_all_freed(self):
+        left = {name: list(d) for name, d in (("inputs", self.inputs), ("outputs", self.outputs),
+                                               ("output grads", self.output_grads),
+                                               ("input grads", self.input_grads)) if d}
+        if left:
+            raise RuntimeError(f"rank {self.pipe.rank}: the schedule left {left} unconsumed")

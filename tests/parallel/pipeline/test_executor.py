@@ -1,0 +1,116 @@
+"""The pipeline executor on the threads backend: every schedule equals one device."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import minitensor as mt
+import parallel
+from minitensor.models.gpt import GPT, GPTConfig
+from parallel import run_threads
+from parallel.pipeline import Pipeline, bubble_theory, split_gpt
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "mpi_scripts"))
+from pp_common import check_against_single, expected_peaks, make_batches, run_pipeline, run_single  # noqa: E402
+from strategies import seeds  # noqa: E402
+
+STEPS = 3
+
+
+@st.composite
+def pipeline_layouts(draw):
+    """(schedule, p, m, v, micro-batch size, GPT config, balance or None)."""
+    schedule, p = draw(st.sampled_from(["gpipe", "1f1b", "interleaved"])), draw(st.integers(1, 4))
+    v = draw(st.integers(1, 2)) if schedule == "interleaved" and p > 1 else 1
+    m = p * draw(st.integers(1, 8 // p)) if v > 1 else draw(st.integers(1, 8))
+    n_layer = draw(st.integers(p * v, p * v + 2))
+    n_head = draw(st.sampled_from([1, 2]))
+    cfg = GPTConfig(vocab_size=draw(st.integers(5, 17)), block_size=draw(st.integers(2, 6)), n_layer=n_layer,
+                    n_head=n_head, d_model=n_head * draw(st.sampled_from([4, 6])))
+    cuts = sorted(draw(st.sets(st.integers(1, n_layer - 1), min_size=p * v - 1, max_size=p * v - 1))
+                  if n_layer > 1 else [])
+    balance = draw(st.sampled_from([None, list(np.diff([0, *cuts, n_layer]))]))
+    return schedule, p, m, v, draw(st.integers(1, 2)), cfg, balance
+
+
+@given(layout=pipeline_layouts(), checkpoint=st.booleans(), seed=seeds)
+def test_loss_gradients_and_adamw_steps_equal_one_device(layout, checkpoint, seed):
+    schedule, p, m, v, micro, cfg, balance = layout
+    batches = make_batches(seed, cfg, m * micro, STEPS)
+    runs = run_threads(p, lambda: run_pipeline(parallel.world(), cfg, seed, batches, m, schedule, v, balance,
+                                               checkpoint), timeout=60)
+    ref = run_single(cfg, seed, batches)
+    peaks = expected_peaks(schedule, p, m, v)
+    for rank, (history, rank_peaks) in enumerate(runs):
+        check_against_single(history, ref)
+        assert rank_peaks == [peaks[rank]] * STEPS
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 5), (4, 8)])
+def test_gpipe_stores_m_micro_batches_1f1b_at_most_p_and_checkpointing_stores_less(p, m):
+    cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=p, n_head=1, d_model=8)
+    idx, targets = make_batches(0, cfg, m, 1)[0]
+
+    def peaks(schedule, checkpoint):
+        pipe = Pipeline.from_gpt(GPT(cfg).double(), parallel.world(), m, schedule, checkpoint=checkpoint)
+        pipe.train_step(idx, targets)
+        return pipe.peak_activations, pipe.peak_activation_bytes
+
+    for rank, ((gpipe, _), (ofob, ofob_bytes), (ofob_ck, ofob_ck_bytes)) in enumerate(run_threads(
+            p, lambda: [peaks("gpipe", False), peaks("1f1b", False), peaks("1f1b", True)])):
+        assert gpipe == m
+        assert ofob == min(p - rank, m) <= p and ofob_ck == ofob
+        assert ofob_ck_bytes < ofob_bytes
+
+
+def test_timeline_gathers_every_rank_and_reports_the_bubble(tmp_path):
+    p, m = 2, 4
+    cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=2, n_head=1, d_model=8)
+    idx, targets = make_batches(0, cfg, m, 1)[0]
+
+    def run():
+        pipe = Pipeline.from_gpt(GPT(cfg), parallel.world(), m, "gpipe")
+        pipe.train_step(idx, targets)
+        return pipe.timeline(), pipe.bubble()
+
+    (timeline, (measured, theory)), _ = run_threads(p, run)
+    computes = [(e.rank, e.kind, e.microbatch) for e in timeline.compute]
+    assert sorted(computes) == sorted((r, k, mb) for r in range(p) for k in ("forward", "backward")
+                                      for mb in range(m))
+    assert theory == bubble_theory(p, m) == 1 / 5 and 0 < measured < 1
+    assert timeline.render().startswith("rank 0 | F0")
+    timeline.save_chrome_trace(tmp_path / "trace.json")
+    assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) >= 4 * p * m
+
+
+def test_full_state_dict_is_the_dense_state_dict_on_every_rank():
+    cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=3, n_head=1, d_model=4)
+    mt.manual_seed(3)
+    dense = GPT(cfg).state_dict()
+
+    def run():
+        mt.manual_seed(3)
+        return Pipeline.from_gpt(GPT(cfg), parallel.world(), 1, balance=[2, 1]).full_state_dict()
+
+    for state in run_threads(2, run):
+        assert list(state) == list(dense)
+        for name in dense:
+            np.testing.assert_array_equal(state[name], dense[name])
+
+
+def test_bad_batches_and_stages_name_the_values():
+    cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=2, n_head=1, d_model=4)
+    idx = np.zeros((6, 4), dtype=np.int64)
+    pipe = Pipeline.from_gpt(GPT(cfg), parallel.world(), 4)
+    with pytest.raises(ValueError, match="batch size 6 is not divisible by microbatches=4"):
+        pipe.train_step(idx, idx)
+    with pytest.raises(ValueError, match=r"same shape \(B, T\), got \(6, 4\) and \(6, 3\)"):
+        pipe.train_step(idx, idx[:, :3])
+    stages = split_gpt(GPT(cfg), 2)
+    with pytest.raises(ValueError, match="needs stage 0 of 1 as chunk 0, got stage 1 of 2"):
+        Pipeline(stages[1], parallel.world(), 2)
+    with pytest.raises(ValueError, match="n_layer=2 blocks into 4 pipeline stages"):
+        run_threads(2, lambda: Pipeline.from_gpt(GPT(cfg), parallel.world(), 2, "interleaved", chunks=2))
