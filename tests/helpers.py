@@ -22,3 +22,10 @@ def away_from_zero(t, margin=0.1):
     """Push values at least `margin` away from 0 (for relu's kink), in place."""
     t.data[...] = np.where(t.data >= 0, t.data + margin, t.data - margin)
     return t
+
+
+def assert_close(got, ref, err_msg=""):
+    """Float64 equality to the single-device result: 1e-9 relative, atol scaled by the reference."""
+    ref = np.asarray(ref)
+    atol = 1e-12 * max(1.0, float(np.abs(ref).max())) if ref.size else 0.0
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-9, atol=atol, err_msg=err_msg)

@@ -53,3 +53,17 @@ def shapes_and_axes(draw, min_dims=1):
     axis = draw(st.none() | hnp.valid_tuple_axes(len(shape), min_size=1)
                 | st.integers(-len(shape), len(shape) - 1))
     return shape, axis
+
+# --- parallel.tensor_parallel ----------------------------------------------------
+
+@st.composite
+def tp_gpt_layouts(draw, tps=(1, 2, 3, 4)):
+    """A small GPT config (as a dict), a tp size that divides its heads, SP on/off, batch and
+    sequence lengths (a multiple of tp under SP). The vocabulary is often not divisible by tp."""
+    tp = draw(st.sampled_from(tps))
+    sequence_parallel = draw(st.booleans())
+    n_head = tp * draw(st.integers(1, 2))
+    seq = tp * draw(st.integers(1, 2)) if sequence_parallel else draw(st.integers(1, 6))
+    config = dict(vocab_size=draw(st.integers(2, 13)), block_size=seq + draw(st.integers(0, 2)),
+                  n_layer=draw(st.integers(1, 2)), n_head=n_head, d_model=n_head * draw(st.integers(1, 3)))
+    return dict(tp=tp, sequence_parallel=sequence_parallel, config=config, batch=draw(st.integers(1, 3)), seq=seq)
