@@ -9,8 +9,8 @@ from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import DataParallel, run_threads
 from parallel.data_parallel import assign_buckets
-from mpi_scripts.dp_common import (assert_close, check_data_parallel, make_data, run_data_parallel, run_single,
-                                   tiny_net)
+from helpers import assert_close
+from mpi_scripts.dp_common import check_data_parallel, make_data, run_data_parallel, run_single, tiny_net
 from strategies import seeds
 
 STEPS = 3

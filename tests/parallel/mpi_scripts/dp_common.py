@@ -1,6 +1,7 @@
 """Data parallel and ZeRO-1 against one device: the runs and checks shared by the
 threads tests (tests/parallel/test_data_parallel.py, test_zero.py) and the mpiexec
 worker (dp_equivalence.py), so both backends are held to exactly the same checks.
+Needs tests/ on sys.path (for helpers), as under pytest.
 
 A run trains `steps` AdamW steps on a global batch of `n * micro * rows` sequences:
 rank r takes rows [r·L, (r+1)·L) (L = micro·rows), cut into `micro` micro-batches whose
@@ -15,13 +16,10 @@ from minitensor.nn import functional as F
 from minitensor.optim import AdamW
 from parallel import DataParallel, ZeroOptimizer
 from parallel.zero import flatten
+from helpers import assert_close
 
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-2, (0.9, 0.999), 1e-8, 0.1
 VOCAB, SEQ = 11, 5
-
-
-def assert_close(got, ref):
-    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(ref).max(initial=0))))
 
 
 class TinyNet(nn.Module):

@@ -5,8 +5,13 @@
 Every rank checks its own results against a single-device run it computes itself
 (the checks are dp_common's, as in the threads tests) and prints "rank r ok: ...".
 """
-import parallel
-from dp_common import check_data_parallel, check_zero, make_data, run_data_parallel, run_single, run_zero
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for helpers
+
+import parallel  # noqa: E402
+from dp_common import check_data_parallel, check_zero, make_data, run_data_parallel, run_single, run_zero  # noqa: E402
 
 STEPS = 3
 # (model, micro-batches, bucket MiB, overlap, explicit finish): tiny buckets, overlap on and off, no_sync.
