@@ -21,7 +21,9 @@ How `DataParallel` does it, the way PyTorch's DDP does:
   the summed gradient). When every parameter of a bucket is ready, the bucket is packed
   and its all-reduce started with `async_op=True`, so it runs while backward computes
   the remaining gradients. Buckets start strictly in index order, so every rank issues
-  the same collectives in the same order even if its graph differs.
+  the same collectives in the same order even if its graph differs. (MPICH moves a
+  non-blocking collective forward inside later MPI calls; MPICH_ASYNC_PROGRESS=1 adds
+  a progress thread that moves it while numpy computes.)
 * The sync finishes by itself: the hook that makes the last parameter ready waits for
   every bucket and writes the averaged gradients back into `.grad`. So when
   `loss.backward()` returns, gradients are averaged; nothing to remember before

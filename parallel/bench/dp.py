@@ -1,6 +1,6 @@
 """Data-parallel training throughput of the medium GPT: 1 rank against 2.
 
-    python -m parallel.bench dp [--ranks 1 2] [--steps 8] [--warmup 2]
+    python -m parallel.bench dp [--ranks 1 2] [--steps 8] [--warmup 2] [--no-overlap]
 
 The model: GPT with d_model 512, 4 layers, 8 heads, block 128, vocab 256, float32,
 AdamW, trained through DataParallel (25 MiB buckets, overlap on). Each rank count runs
@@ -28,6 +28,7 @@ def parse(argv):
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts to run (default 1 2)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per rank count (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--no-overlap", action="store_true", help="all-reduce after backward, not during it")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -35,7 +36,7 @@ def parse(argv):
 def main(argv):
     args = parse(argv)
     if args.worker:
-        return run_worker(args.steps, args.warmup)
+        return run_worker(args.steps, args.warmup, overlap=not args.no_overlap)
     from parallel.launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -44,11 +45,13 @@ def main(argv):
     repo = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     env.update({var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
-    print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel; 1 BLAS thread per rank")
+    print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel "
+          f"(overlap {'off' if args.no_overlap else 'on'}); 1 BLAS thread per rank")
     results = []
     for n in args.ranks:
         command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "dp",
                    "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        command += ["--no-overlap"] if args.no_overlap else []
         out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):]))
     print_table(results)
@@ -56,13 +59,14 @@ def main(argv):
 
 
 def print_table(results):
-    base = results[0]["tokens_per_s"] / results[0]["ranks"]
+    one = next((r["tokens_per_s"] for r in results if r["ranks"] == 1), None)
     print(f"{'ranks':>5} {'step time':>10} {'tokens/s':>10} {'vs 1 rank':>10}")
     for r in results:
-        print(f"{r['ranks']:>5} {r['step_s']:>8.3f} s {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / base:>9.2f}x")
+        ratio = f"{r['tokens_per_s'] / one:>9.2f}x" if one else f"{'-':>10}"
+        print(f"{r['ranks']:>5} {r['step_s']:>8.3f} s {r['tokens_per_s']:>10.0f} {ratio}")
 
 
-def run_worker(steps, warmup):
+def run_worker(steps, warmup, overlap):
     import numpy as np
 
     import minitensor as mt
@@ -73,7 +77,7 @@ def run_worker(steps, warmup):
     group = parallel.world()
     mt.manual_seed(0)
     model = GPT(GPTConfig(**CONFIG))
-    dp = parallel.DataParallel(model, group)
+    dp = parallel.DataParallel(model, group, overlap=overlap)
     opt = AdamW(model.parameters(), lr=3e-4)
     rng = np.random.default_rng(group.rank)
     shape = (BATCH, CONFIG["block_size"])
