@@ -94,7 +94,7 @@ def print_table(results):
     for r in results:
         print(f"{r['tp']:>3} {'on' if r['sp'] else 'off':>3} {r['step_s']:>8.3f} s {base / r['step_s']:>7.2f}x "
               f"{r['param_bytes'] / mib:>8.2f} MiB {r['dense_bytes'] / mib:>5.2f} MiB "
-              f"{r["comm_bytes"] / mib:>17.3f} MiB {formula_bytes(r["tp"], r["sp"]) / mib:>7.3f} MiB")
+              f"{r['comm_bytes'] / mib:>17.3f} MiB {formula_bytes(r['tp'], r['sp']) / mib:>7.3f} MiB")
 
 
 def run_worker(tp, sequence_parallel, steps, warmup):
