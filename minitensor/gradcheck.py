@@ -46,7 +46,8 @@ def _analytic_grads(fn, inputs, upstream, checked):
 
 def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0):
     """Check `fn(*inputs).backward` against central differences for every input that
-    requires grad. Inputs must be float64 tensors; `fn` must be deterministic.
+    requires grad. Inputs must be float64 tensors; `fn` must be deterministic. `seed`
+    draws the random upstream gradient (standard normal, the shape of the output).
 
     Passes when |analytic − numeric| ≤ atol + rtol·|numeric| for every element; otherwise
     raises AssertionError naming the worst element. Returns True on success.
