@@ -6,8 +6,8 @@ Replicated parameters carry neither attribute. So any module's dense, single-dev
 state dict is: every parameter, all-gathered along its tp_axis and trimmed to
 full_shape (a collective call: every tp rank gets the whole dict).
 """
-from collections import OrderedDict
 import copy
+from collections import OrderedDict
 
 import numpy as np
 

@@ -12,18 +12,17 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(TESTS), str(TESTS / "parallel" / "tensor_parallel")]
 
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
-
 import parallel  # noqa: E402
-from tp_common import check_against_dense, check_replicas_identical, make_batches, run_dense, run_tensor_parallel  # noqa: E402,E501
+from tp_common import (  # noqa: E402
+    check_against_dense, check_replicas_identical, make_batches, run_dense, run_tensor_parallel,
+)
 
 CONFIG = dict(vocab_size=11, block_size=8, n_layer=2, n_head=4, d_model=8)  # 11: padded for every tp > 1
 BATCH, SEQ, STEPS, SEED = 2, 4, 3, 7
 
 
 def gather_replicated(replicated, group):
-    """Every tp rank's replicated parameters, to check that they are identical (MPI pickling: a test only)."""
+    """Every tp rank's replicated parameters, gathered to check that they are identical."""
     return [{name: group.all_gather(value[None], axis=0)[r] for name, value in replicated.items()}
             for r in range(group.size)]
 

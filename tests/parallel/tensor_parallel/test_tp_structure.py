@@ -117,3 +117,23 @@ def test_every_layer_that_should_be_parallel_is(sp):
                 assert (shape, axis, full_shape) == (dense, None, None), name
                 # Under SP, a replicated parameter sees only this rank's positions: partial gradient.
                 assert partial == (sp and "lm_head" not in name), name
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_load_full_state_dict_keeps_each_ranks_shards_and_gathers_back_the_original_shapes(tp):
+    source = dense_gpt(1)
+    mt.manual_seed(1)
+    state = GPT(source.config).double().state_dict()
+
+    def rank():
+        model = tensor_parallel_gpt(source, parallel.world())
+        model.load_full_state_dict(state)
+        gathered = model.full_state_dict()
+        with pytest.raises(ValueError, match=r"'lm_head.weight' has shape \(9, 8\) in the checkpoint but \(10, 8\)"):
+            model.load_full_state_dict({**state, "lm_head.weight": state["lm_head.weight"][:-1]})
+        return gathered
+
+    for gathered in parallel.run_threads(tp, rank, timeout=60):
+        assert list(gathered) == list(state)
+        for name in state:
+            np.testing.assert_array_equal(gathered[name], state[name])
