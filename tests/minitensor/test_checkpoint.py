@@ -7,10 +7,7 @@ from hypothesis import given, strategies as st
 import minitensor as mt
 from minitensor import graph, nn
 from minitensor.models.gpt import GPT, GPTConfig
-
-
-def assert_close(got, ref):
-    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12 * max(1.0, np.abs(ref).max()))
+from helpers import assert_close
 
 
 def loss_and_grads(model, idx, targets, checkpointed, seed):
