@@ -1,0 +1,71 @@
+"""Run a tutorial chapter's script the way its README tells a reader to, and return what it printed.
+
+    from chapter_runner import run_script, number_after
+
+    out = run_script("tutorials/01_autograd/gradcheck_by_hand.py")
+    out = run_script("tutorials/03_collectives/ring.py", threads=2)      # ... --threads 2
+    out = run_script("tutorials/03_collectives/ring.py", mpi_ranks=2)    # mpiexec -n 2 ... -m mpi4py
+
+`run_script(path, *args, timeout=120, mpi_ranks=None, threads=None) -> str`:
+`path` is relative to the repository root (or absolute); `threads=N` appends
+`--threads N` to the arguments; `mpi_ranks=N` runs the script under real
+`mpiexec -n N` through tests/mpi_launch.py's `run_mpi` (skipping loudly when
+there is no mpiexec). A non-zero exit or a timeout fails the test with the
+script's stdout and stderr. The tests then parse the evidence lines out of the
+returned stdout, with `number_after` for "label: <number>" lines.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpi_launch import MPIEXEC, REPO, run_mpi
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def run_script(path, *args, timeout=120, mpi_ranks=None, threads=None):
+    script = Path(path) if Path(path).is_absolute() else REPO / path
+    arguments = [str(a) for a in args] + (["--threads", str(threads)] if threads is not None else [])
+    if mpi_ranks is not None:
+        if MPIEXEC is None:
+            pytest.skip(f"!!! NO mpiexec FOUND next to {sys.executable} or on PATH: "
+                        f"{script.name} did NOT run under MPI !!!")
+        return run_mpi(mpi_ranks, [script, *arguments], timeout=timeout).stdout
+    return _run_python([sys.executable, str(script), *arguments], timeout)
+
+
+def _run_python(command, timeout):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=REPO, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(command)} did not finish within {timeout} s\n"
+                    f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
+    if process.returncode != 0:
+        pytest.fail(f"{' '.join(command)} exited with {process.returncode}\n"
+                    f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
+    return stdout
+
+
+def numbers_after(label, text):
+    """Every number that follows `label` (then optional spaces, ':' or '=') in `text`, in order."""
+    pattern = re.escape(label) + r"\s*[:=]?\s*(" + _NUMBER + ")"
+    return [float(m) for m in re.findall(pattern, text)]
+
+
+def number_after(label, text):
+    """The single number after `label` in `text`; fails the test if the label is missing or repeated."""
+    found = numbers_after(label, text)
+    if len(found) != 1:
+        pytest.fail(f"expected exactly one number after {label!r}, found {found} in:\n{text}")
+    return found[0]
