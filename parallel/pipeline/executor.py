@@ -100,17 +100,19 @@ class Pipeline:
 
     # --- one training step ---------------------------------------------------------
 
-    def train_step(self, idx, targets):
+    def train_step(self, idx, targets, zero_grad=True):
         """Forward and backward of the global batch idx (B, T) with targets (B, T) in
         m micro-batches; returns the mean loss (on every rank). Gradients are left in
-        the parameters' .grad for the caller's optimizer."""
+        the parameters' .grad for the caller's optimizer; with zero_grad=False they add
+        to the ones already there (gradient accumulation across steps)."""
         idx, targets = np.asarray(idx), np.asarray(targets)
         if idx.ndim != 2 or targets.shape != idx.shape:
             raise ValueError(f"train_step needs idx and targets of the same shape (B, T), "
                              f"got {idx.shape} and {targets.shape}")
         if idx.shape[0] % self.m:
             raise ValueError(f"batch size {idx.shape[0]} is not divisible by microbatches={self.m}")
-        self.zero_grad()
+        if zero_grad:
+            self.zero_grad()
         step = _Step(self, np.split(idx, self.m), np.split(targets, self.m))
         self.meter, self.events = step.meter, []
         self.group.barrier()  # a common time origin for every rank's events
