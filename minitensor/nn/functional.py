@@ -29,22 +29,36 @@ class Linear(Function):
 
 
 class Softmax(Function):
-    """y = exp(x − max) / Σ exp(x − max).  dx = y ⊙ (dy − Σ dy⊙y)."""
+    """y = softmax(s·x) over `axis`, with the entries where `mask` is True left out (y = 0).
 
-    def forward(self, x, axis):
-        self.axis = axis
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        self.y = e / e.sum(axis=axis, keepdims=True)
-        return self.y
+    y = exp(s·x − max) / Σ exp(s·x − max).  dx = s · y ⊙ (dy − Σ dy⊙y).
+    Attention passes its 1/√d scale and causal mask here, so scaling, masking and
+    normalizing happen in place in one buffer instead of three ops with three copies.
+    """
+
+    def forward(self, x, axis, scale=1.0, mask=None):
+        self.axis, self.scale = axis, scale
+        y = x * scale
+        if mask is not None:
+            np.copyto(y, -np.inf, where=mask)  # exp(−∞) = 0: masked entries get no weight
+        y -= y.max(axis=axis, keepdims=True)
+        np.exp(y, out=y)
+        y /= y.sum(axis=axis, keepdims=True)
+        self.y = y
+        return y
 
     def backward(self, grad):
         y = self.y
-        return y * (grad - (grad * y).sum(axis=self.axis, keepdims=True))
+        dx = grad - np.expand_dims(np.vecdot(grad, y, axis=self.axis), self.axis)
+        dx *= y
+        dx *= self.scale
+        return dx
 
 
 def _log_softmax(x, axis):
     shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    shifted -= np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted
 
 
 class LogSoftmax(Function):
@@ -66,19 +80,28 @@ class LayerNorm(Function):
     """
 
     def forward(self, x, weight, bias, eps):
-        mu = x.mean(axis=-1, keepdims=True)
-        centered = x - mu
-        rstd = 1.0 / np.sqrt((centered * centered).mean(axis=-1, keepdims=True) + eps)
-        xhat = centered * rstd
+        n = x.shape[-1]
+        xhat = x - x.mean(axis=-1, keepdims=True)
+        rstd = 1.0 / np.sqrt(np.vecdot(xhat, xhat)[..., None] / n + eps)  # variance as a row dot product
+        xhat *= rstd
         self.save_for_backward(xhat, rstd, weight)
-        return xhat * weight + bias
+        y = xhat * weight
+        y += bias
+        return y
 
     def backward(self, grad):
         xhat, rstd, weight = self.saved
-        g = grad * weight
-        dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-        lead = tuple(range(grad.ndim - 1))
-        return dx, (grad * xhat).sum(axis=lead), grad.sum(axis=lead)
+        n, lead = grad.shape[-1], tuple(range(grad.ndim - 1))
+        grad_xhat = grad * xhat
+        dw, db = grad_xhat.sum(axis=lead), grad.sum(axis=lead)
+        # mean(g) = (dy·w)/n and mean(g·x̂) = ((dy⊙x̂)·w)/n: matrix-vector products, no temporaries
+        mean_g = (grad @ weight)[..., None] / n
+        mean_gx = (grad_xhat @ weight)[..., None] / n
+        dx = grad * weight
+        dx -= mean_g
+        dx -= np.multiply(xhat, mean_gx, out=grad_xhat)  # reuse the dy⊙x̂ buffer
+        dx *= rstd
+        return dx, dw, db
 
 
 class CrossEntropy(Function):
@@ -115,9 +138,13 @@ class Embedding(Function):
         return weight[idx]
 
     def backward(self, grad):
-        dw = np.zeros(self.shape, grad.dtype)
-        np.add.at(dw, self.idx.reshape(-1), grad.reshape(-1, self.shape[1]))
-        return dw
+        # Scatter-add into the flattened table: element (i, j) of row idx[i] sits at
+        # idx[i]·dim + j. numpy's add.at is fast on 1-D indices, slow on row indices.
+        dim = self.shape[1]
+        flat = (self.idx.reshape(-1, 1) * dim + np.arange(dim)).reshape(-1)
+        dw = np.zeros(self.shape[0] * dim, grad.dtype)
+        np.add.at(dw, flat, grad.reshape(-1))
+        return dw.reshape(self.shape)
 
 
 def _check_same_dtype(op, *tensors):
@@ -198,10 +225,10 @@ def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=
     """softmax(q kᵀ / √d [+ causal mask]) v over the last two axes of (..., T, d) inputs."""
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.swapaxes(-1, -2)
-    if causal:
-        scores = ops.masked_fill(scores, _causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
-    weights = dropout(softmax(scores, axis=-1), dropout_p, training, generator)
+    mask = _causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+    scores = q @ k.swapaxes(-1, -2)
+    weights = Softmax.apply(scores, axis=-1, scale=1.0 / math.sqrt(q.shape[-1]), mask=mask)
+    weights = dropout(weights, dropout_p, training, generator)
     return weights @ v
 
 
