@@ -12,9 +12,11 @@ from .tensor_parallel import (  # noqa: E402
 from .data_parallel import DataParallel  # noqa: E402
 from .zero import ZeroOptimizer  # noqa: E402
 from .pipeline import Pipeline, PipelineStage  # noqa: E402
+from .hybrid import HybridGPT, TensorParallelStage  # noqa: E402
 
 __all__ = ["Group", "run_threads", "world", "Mesh"]
 __all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",
             "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "tensor_parallel_gpt"]
 __all__ += ["DataParallel", "ZeroOptimizer"]
 __all__ += ["Pipeline", "PipelineStage"]
+__all__ += ["HybridGPT", "TensorParallelStage"]
