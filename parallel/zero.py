@@ -91,6 +91,29 @@ class ZeroOptimizer(Optimizer):
                 "rank": self.group.rank, "size": self.group.size, "numel": self.numel,
                 "exp_avg": self.exp_avg.copy(), "exp_avg_sq": self.exp_avg_sq.copy()}
 
+    def param_slices(self):
+        """(parameter, lo, hi, offset) for every trainable parameter overlapping this rank's chunk:
+        the parameter's flattened elements [lo, hi) live at shard[offset:offset + hi - lo].
+        This maps the flat moments back to parameters (a checkpoint stores them by name)."""
+        begin, end = self.shard
+        position = 0
+        for p in self.flat_params:
+            lo, hi = max(begin, position), min(end, position + p.size)
+            if lo < hi:
+                yield p, lo - position, hi - position, lo - begin
+            position += p.size
+
+    def load_param_moments(self, moments, step):
+        """Set the state from whole per-parameter moments: `moments` maps id(parameter) to
+        (exp_avg, exp_avg_sq) shaped like the parameter; this rank keeps its chunk of them.
+        A parameter missing from `moments` gets zero moments (as if it never had a gradient)."""
+        self.exp_avg[:], self.exp_avg_sq[:] = 0, 0
+        for p, lo, hi, offset in self.param_slices():
+            if id(p) in moments:
+                for own, whole in zip((self.exp_avg, self.exp_avg_sq), moments[id(p)]):
+                    own[offset:offset + hi - lo] = np.reshape(whole, -1)[lo:hi]
+        self.step_count = int(step)
+
     def load_state_dict(self, state_dict):
         here = {"rank": self.group.rank, "size": self.group.size, "numel": self.numel}
         saved = {k: state_dict[k] for k in here}
