@@ -1,5 +1,7 @@
 """Optimizers. The update rules are plain functions on numpy arrays, updated in place,
 so a sharded optimizer (ZeRO) applies exactly the same arithmetic to its shard."""
+import math
+
 import numpy as np
 
 
@@ -18,15 +20,22 @@ def adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, 
     """One AdamW step (Loshchilov & Hutter, Alg. 2), bias-corrected, decay decoupled.
 
     p ← p·(1 − lr·λ) − lr·m̂/(√v̂ + ε), m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ).
+    Every line works in place; `scratch` is the one temporary the size of `param`.
     """
+    scratch = np.multiply(grad, 1 - beta1, dtype=param.dtype)
     param *= 1 - lr * weight_decay
     exp_avg *= beta1
-    exp_avg += (1 - beta1) * grad
+    exp_avg += scratch
+    np.multiply(grad, grad, out=scratch)
+    scratch *= 1 - beta2
     exp_avg_sq *= beta2
-    exp_avg_sq += (1 - beta2) * grad * grad
-    denom = np.sqrt(exp_avg_sq / (1 - beta2**step))
+    exp_avg_sq += scratch
+    denom = np.sqrt(exp_avg_sq, out=scratch)  # √v̂ + ε = √v / √(1 − β₂ᵗ) + ε
+    denom *= 1 / math.sqrt(1 - beta2**step)
     denom += eps
-    param -= (lr / (1 - beta1**step)) * exp_avg / denom
+    np.divide(exp_avg, denom, out=denom)
+    denom *= lr / (1 - beta1**step)
+    param -= denom
 
 
 class Optimizer:
