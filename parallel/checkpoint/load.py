@@ -1,0 +1,106 @@
+"""`load_checkpoint`: fill a model and optimizer, built for ANY layout, from a checkpoint.
+
+    1. find the step directory (DIR/latest, or a step directory) and read the manifest
+    2. check it is this model (config) and that the config can take this layout
+    3. plan: per local name, the pieces to read (reshard.py); their files are verified
+       (size, SHA-256) and the ranks agree on the first bad one, so all raise alike
+    4. rebuild each dense tensor, cut this rank's piece, and only then assign them all
+    5. in the same layout, restore this rank's random generators too (in another layout
+       the dropout streams cannot continue: the masks are drawn per rank and shard)
+
+Loading never writes to disk.
+"""
+import numpy as np
+
+from .files import CheckpointError, resolve, shard_name
+from .manifest import check_config, check_layout, read_manifest, verify_files
+from .reshard import dense, has_moments, local_piece
+from .save import mesh_facts, model_facts
+from .state import MOMENTS, load_moments, named_parameters, set_rng_state_json
+
+def open_manifest(path):
+    """(step directory, manifest) of the checkpoint at `path` (a root with `latest`, or a step)."""
+    step_dir = resolve(path)
+    return step_dir, read_manifest(step_dir)
+
+
+def check_entries(manifest, params, step_dir):
+    """The manifest entry of every local name; a CheckpointError names a missing or mismatched one."""
+    entries = {}
+    for name, p in params.items():
+        entry = manifest["tensors"].get(name)
+        if entry is None:
+            raise CheckpointError(f"the checkpoint {step_dir} has no tensor '{name}'")
+        full_shape = list(getattr(p, "full_shape", p.shape))
+        if entry["full_shape"] != full_shape or entry["dtype"] != str(p.dtype):
+            raise CheckpointError(f"'{name}' is {entry['dtype']} {tuple(entry['full_shape'])} in the checkpoint "
+                                  f"{step_dir}, {p.dtype} {tuple(full_shape)} in the model")
+        entries[name] = entry
+    return entries
+
+
+def files_to_read(entries):
+    """The shard files the dense tensors come from: dp rank 0's pieces, and every piece that
+    holds a ZeRO range of the moments."""
+    return {piece["file"] for entry in entries.values() for piece in entry["pieces"]
+            if piece["dp"] == 0 or piece.get("moments") is not None}
+
+
+def same_layout(manifest, dims, world, entries):
+    """Saved by this very layout: same mesh, and this rank's own file holds exactly its names."""
+    own = shard_name(world.rank)
+    mine = {name for name, e in entries.items() if any(p["file"] == own for p in e["pieces"])}
+    return manifest["mesh"] == dims and manifest["world_size"] == world.size and mine == set(entries)
+
+
+class ShardReader:
+    """read(file, key) -> array, opening each .npz once (lazily: only the keys asked for are read)."""
+
+    def __init__(self, step_dir):
+        self.step_dir, self.open = step_dir, {}
+
+    def __call__(self, file, key):
+        if file not in self.open:
+            self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
+        return self.open[file][key]
+
+    def close(self):
+        for npz in self.open.values():
+            npz.close()
+
+
+def load_checkpoint(path, model, optimizer=None, mesh=None, *, config=None):
+    """Load the checkpoint at `path` into this rank's `model` / `optimizer` (collective).
+
+    Same arguments as save_checkpoint (the same defaults from the model); the layout may
+    differ from the saving one. Returns {"step": steps done, "extra": the saved extra,
+    "path": the step directory, "resharded": layout differs (RNG not restored), "manifest"}.
+    """
+    optimizer, mesh, config = model_facts(model, optimizer, mesh, config)
+    mesh, _, dims = mesh_facts(mesh)
+    step_dir, manifest = open_manifest(path)
+    check_config(manifest, config, step_dir)
+    check_layout(config, mesh.tp, mesh.pp)
+    params = named_parameters(model)
+    entries = check_entries(manifest, params, step_dir)
+    resharded = not same_layout(manifest, dims, mesh.world, entries)
+    own = shard_name(mesh.world.rank)
+    verify_files(mesh.world, step_dir, manifest, files_to_read(entries) | ({own} if not resharded else set()))
+    read = ShardReader(step_dir)
+    try:
+        values = {name: local_piece(dense(e, "param", name, read), params[name], mesh.tp_group)
+                  for name, e in entries.items()}
+        moments = {name: (e["step"], *(local_piece(dense(e, kind, name, read), params[name], mesh.tp_group)
+                                       for kind in MOMENTS))
+                   for name, e in entries.items() if has_moments(e)}
+        rng = None if resharded else str(read(own, "rng"))
+    finally:
+        read.close()
+    for name, p in params.items():
+        p.data[...] = values[name]
+    if optimizer is not None and manifest["optimizer"]["defaults"] is not None:
+        load_moments(optimizer, params, moments, manifest["optimizer"]["defaults"])
+    if rng is not None:
+        set_rng_state_json(model, rng)
+    return {"step": manifest["step"], "extra": manifest["extra"], "path": step_dir, "resharded": resharded,
+            "manifest": manifest}
