@@ -67,3 +67,28 @@ def tp_gpt_layouts(draw, tps=(1, 2, 3, 4)):
     config = dict(vocab_size=draw(st.integers(2, 13)), block_size=seq + draw(st.integers(0, 2)),
                   n_layer=draw(st.integers(1, 2)), n_head=n_head, d_model=n_head * draw(st.integers(1, 3)))
     return dict(tp=tp, sequence_parallel=sequence_parallel, config=config, batch=draw(st.integers(1, 3)), seq=seq)
+
+# --- parallel.hybrid (3D) ----------------------------------------------------------
+
+@st.composite
+def hybrid_layouts(draw, max_world=8):
+    """A 3D layout (dict of HybridGPT's arguments plus dp, tp, pp with dp·tp·pp ≤ max_world)
+    and what fits it: a small GPT config (dict), micro-batch size, sequence length, and
+    how many global batches are accumulated per optimizer step."""
+    pp = draw(st.integers(1, 4))
+    tp = draw(st.sampled_from([t for t in (1, 2, 4) if t * pp <= max_world]))
+    dp = draw(st.integers(1, max_world // (tp * pp)))
+    schedule = draw(st.sampled_from(["gpipe", "1f1b", "interleaved"]))
+    chunks = 2 if schedule == "interleaved" and pp > 1 else 1
+    m = pp * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, 4))
+    sequence_parallel = draw(st.booleans())
+    layout = dict(dp=dp, tp=tp, pp=pp, microbatches=m, schedule=schedule, chunks=chunks,
+                  sequence_parallel=sequence_parallel, checkpoint_activations=draw(st.booleans()),
+                  zero=draw(st.booleans()))
+    n_head = tp * draw(st.integers(1, 2))
+    seq = tp * draw(st.integers(1, 2)) if sequence_parallel else draw(st.integers(1, 5))
+    config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)),
+                  n_layer=pp * chunks + draw(st.integers(0, 1)), n_head=n_head,
+                  d_model=n_head * draw(st.sampled_from([2, 4])))
+    return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq,
+                accumulate=draw(st.integers(1, 2)))
