@@ -62,11 +62,8 @@ def sha256_of(path, block=1 << 20):
 
 def begin_save(root, step):
     """Rank 0, before any shard is written: an empty `step_XXXXXX.tmp` in root (a leftover
-    of a crashed save of the same step is removed). Refuses to overwrite a complete step."""
+    of a crashed save of the same step is removed)."""
     root = Path(root)
-    final = root / step_name(step)
-    if final.exists():
-        raise CheckpointError(f"checkpoint {final} already exists; save step {step} elsewhere or remove it")
     tmp = root / (step_name(step) + ".tmp")
     root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)

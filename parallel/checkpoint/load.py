@@ -2,8 +2,8 @@
 
     1. find the step directory (DIR/latest, or a step directory) and read the manifest
     2. check it is this model (config) and that the config can take this layout
-    3. plan: per local name, the pieces to read (reshard.py); their files are verified
-       (size, SHA-256) and the ranks agree on the first bad one, so all raise alike
+    3. verify every shard file (size, SHA-256; each file on one rank) and agree on the
+       first bad one, so all ranks raise alike
     4. rebuild each dense tensor, cut this rank's piece, and only then assign them all
     5. in the same layout, restore this rank's random generators too (in another layout
        the dropout streams cannot continue: the masks are drawn per rank and shard)
@@ -37,13 +37,6 @@ def check_entries(manifest, params, step_dir):
                                   f"{step_dir}, {p.dtype} {tuple(full_shape)} in the model")
         entries[name] = entry
     return entries
-
-
-def files_to_read(entries):
-    """The shard files the dense tensors come from: dp rank 0's pieces, and every piece that
-    holds a ZeRO range of the moments."""
-    return {piece["file"] for entry in entries.values() for piece in entry["pieces"]
-            if piece["dp"] == 0 or piece.get("moments") is not None}
 
 
 def same_layout(manifest, dims, world, entries):
@@ -85,7 +78,7 @@ def load_checkpoint(path, model, optimizer=None, mesh=None, *, config=None):
     entries = check_entries(manifest, params, step_dir)
     resharded = not same_layout(manifest, dims, mesh.world, entries)
     own = shard_name(mesh.world.rank)
-    verify_files(mesh.world, step_dir, manifest, files_to_read(entries) | ({own} if not resharded else set()))
+    verify_files(mesh.world, step_dir, manifest)
     read = ShardReader(step_dir)
     try:
         values = {name: local_piece(dense(e, "param", name, read), params[name], mesh.tp_group)

@@ -114,14 +114,15 @@ def file_problem(step_dir, name, facts):
     return None
 
 
-def verify_files(group, step_dir, manifest, needed):
-    """Check the shard files this rank will read; every rank raises the same CheckpointError
-    (the lowest-numbered bad file) if any rank found one: an all-reduce of the first problem."""
+def verify_files(group, step_dir, manifest):
+    """Check every shard file of the checkpoint, each on one rank (round robin: one pass over
+    the files in all); every rank raises the same CheckpointError, naming the lowest-numbered
+    bad file, if any rank found one (an all-reduce of the first problem)."""
     names = sorted(manifest["files"])
     worst = len(names) * len(PROBLEMS)
-    code = min([names.index(n) * len(PROBLEMS) + problem for n in sorted(needed)
-                for problem in [file_problem(step_dir, n, manifest["files"][n])] if problem is not None]
-               or [worst])
+    problems = [(index, file_problem(step_dir, name, manifest["files"][name]))
+                for index, name in enumerate(names) if index % group.size == group.rank]
+    code = min([index * len(PROBLEMS) + problem for index, problem in problems if problem is not None] or [worst])
     code = int(group.all_reduce(np.array([code], dtype=np.int64), op="min")[0])
     if code < worst:
         name, problem = names[code // len(PROBLEMS)], PROBLEMS[code % len(PROBLEMS)]
