@@ -12,7 +12,8 @@
 `mpiexec -n N` through tests/mpi_launch.py's `run_mpi` (skipping loudly when
 there is no mpiexec). A non-zero exit or a timeout fails the test with the
 script's stdout and stderr. The tests then parse the evidence lines out of the
-returned stdout, with `number_after` for "label: <number>" lines.
+returned stdout, with `number_after` for "label: <number>" lines (thousands
+separators allowed: "1,280,000").
 """
 import os
 import re
@@ -25,7 +26,7 @@ import pytest
 
 from mpi_launch import MPIEXEC, REPO, run_mpi
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # 1,234.5 too
 
 
 def run_script(path, *args, timeout=120, mpi_ranks=None, threads=None):
@@ -60,7 +61,7 @@ def _run_python(command, timeout):
 def numbers_after(label, text):
     """Every number that follows `label` (then optional spaces, ':' or '=') in `text`, in order."""
     pattern = re.escape(label) + r"\s*[:=]?\s*(" + _NUMBER + ")"
-    return [float(m) for m in re.findall(pattern, text)]
+    return [float(m.replace(",", "")) for m in re.findall(pattern, text)]
 
 
 def number_after(label, text):
