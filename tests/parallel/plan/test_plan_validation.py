@@ -1,0 +1,82 @@
+"""The planner's memory figures against real models, and the rank statistics of its validation.
+
+`param_bytes_per_rank` claims exact counts (parallel/plan/model.py), so the measured bytes of
+every rank of real HybridGPTs must equal it, not just fall within the 10% the planner promises:
+parameters, gradients after a synced backward, and AdamW / ZeRO-1 state after a step.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+import parallel
+from minitensor.models import gpt as dense
+from parallel import HybridGPT, Mesh, run_threads
+from parallel.pipeline.partition import balance_by_parameters
+from parallel.plan import GPTConfig, param_bytes_per_rank
+from parallel.plan.validate import (KINDS, kendall, memory_errors, measure_memory, ranks, run_layout, runnable,
+                                    spearman)
+
+# vocab 13 is padded under tp 2 and 4; 4 blocks allow pp 4.
+CONFIG = GPTConfig(vocab_size=13, block_size=8, n_layer=4, n_head=4, d_model=16)
+
+
+def measured_and_predicted(layout, sequence_parallel=False):
+    """[(measured, predicted)] bytes dicts of every rank, float64, after two optimizer steps."""
+    dp, tp, pp, zero = layout
+
+    def body():
+        mt.manual_seed(0)
+        gpt = dense.GPT(dense.GPTConfig(**dataclasses.asdict(CONFIG)), dtype=np.float64)
+        balance = balance_by_parameters(gpt, pp)
+        mesh = Mesh(dp, tp, pp)
+        model = HybridGPT(gpt, mesh, microbatches=2, zero=zero, sequence_parallel=sequence_parallel,
+                          balance=balance)
+        model.configure_optimizer()
+        idx = np.random.default_rng(0).integers(0, CONFIG.vocab_size, (8, CONFIG.block_size))
+        model.train_step(idx, idx)
+        model.optimizer_step()
+        model.train_step(idx, idx)
+        model.finish_grad_sync()
+        predicted = param_bytes_per_rank(CONFIG, dp, tp, pp, mesh.coords, "float64", zero, balance)
+        return measure_memory(model), predicted
+    return run_threads(dp * tp * pp, body)
+
+
+@pytest.mark.parametrize("layout, sequence_parallel", [
+    ((2, 2, 2, True), False), ((1, 4, 1, False), True), ((1, 1, 4, False), False), ((2, 1, 2, False), False),
+    ((4, 1, 1, True), False),
+], ids=["dp2-tp2-pp2-zero", "tp4-sp", "pp4", "dp2-pp2", "dp4-zero"])
+def test_measured_bytes_of_every_rank_equal_the_planner(layout, sequence_parallel):
+    for rank, (measured, predicted) in enumerate(measured_and_predicted(layout, sequence_parallel)):
+        assert measured == predicted, f"rank {rank} of {layout}"
+
+
+def test_the_validation_worker_measures_a_layout_and_its_memory_matches():
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=2, d_model=8)
+    layout = (2, 2, 1, False)
+    seconds, memory = run_threads(4, lambda: run_layout(parallel.world(), config, layout, 4, 2, 1))[0]
+    assert seconds > 0 and len(memory) == 4
+    rows = memory_errors(config, [{"layout": layout, "seconds": seconds, "memory": memory}])
+    assert len(rows) == 4 * len(KINDS) and all(error == 0 for *_, error in rows)
+
+
+def test_runnable_layouts_respect_heads_blocks_and_batch():
+    small = GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128)
+    assert (1, 1, 4, False) not in runnable(small, 16, 2)             # 2 blocks, 4 stages
+    assert (4, 1, 1, False) not in runnable(small, 4, 2)              # 4 rows over dp 4 × m 2
+    three_heads = GPTConfig(vocab_size=64, block_size=64, n_layer=4, n_head=6, d_model=96)
+    assert all(tp in (1, 2) for _, tp, _, _ in runnable(three_heads, 16, 2))
+
+
+def test_rank_statistics():
+    assert ranks([0.3, 0.1, 0.2, 0.1]) == [4, 1.5, 3, 1.5]
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1)
+    assert kendall([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)   # 2 concordant, 1 discordant pair
+    assert kendall([1, 2, 3, 4], [4, 3, 2, 1]) == -1
+    # Spearman's rho is 1 − 6 Σ d² / (n (n² − 1)) without ties.
+    a, b = [5, 1, 4, 2, 3], [2, 1, 5, 3, 4]
+    d2 = sum((x - y) ** 2 for x, y in zip(ranks(a), ranks(b)))
+    assert spearman(a, b) == pytest.approx(1 - 6 * d2 / (5 * 24))
