@@ -1,0 +1,128 @@
+"""The command line of `python -m parallel.train`: flags, their checks, and the launch.
+
+Every flag is checked before any rank builds anything, so a bad layout is one clear
+message (on every MPI rank, each of which exits with status 2) instead of a hang.
+"""
+import argparse
+import sys
+
+from ..comm import run_threads, world
+from ..pipeline.schedules import SCHEDULES
+from .task import task_defaults
+
+EXAMPLES = """examples:
+  python -m parallel.train                                   # one process, the addition task
+  python -m parallel.train --threads 8 --dp 2 --tp 2 --pp 2 --microbatches 4
+  mpiexec -n 8 python -m mpi4py -m parallel.train --dp 2 --tp 2 --pp 2 --microbatches 4 --schedule 1f1b
+  python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
+"""
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m parallel.train", epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Train a small GPT with data × tensor × pipeline parallelism.")
+    model = p.add_argument_group("model and data (defaults: minitensor.data.recommended_config())")
+    model.add_argument("--n-layer", type=int, help="transformer blocks")
+    model.add_argument("--n-head", type=int, help="attention heads (divisible by --tp)")
+    model.add_argument("--d-model", type=int, help="hidden size (divisible by --n-head)")
+    model.add_argument("--block-size", type=int, help="context length (--data only; addition: 3·digits + 2)")
+    model.add_argument("--digits", type=int, help="addition task: digits per operand")
+    model.add_argument("--data", metavar="FILE.txt", help="train char-level on this text instead of addition")
+    train = p.add_argument_group("training")
+    train.add_argument("--batch", type=int, help="global batch size (divisible by dp × microbatches)")
+    train.add_argument("--steps", type=int, help="optimizer steps")
+    train.add_argument("--accumulate", type=int, default=1, help="global batches accumulated per optimizer step")
+    train.add_argument("--lr", type=float, help="peak AdamW learning rate (linear warm-up, cosine decay)")
+    train.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
+    train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
+    train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")
+    train.add_argument("--seed", type=int, help="seed of the weights and of the batches")
+    layout = p.add_argument_group("layout: world size = dp × tp × pp")
+    layout.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    layout.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage")
+    layout.add_argument("--pp", type=int, default=1, help="pipeline stages (ranks)")
+    layout.add_argument("--microbatches", type=int, default=1, help="micro-batches per dp rank and step")
+    layout.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule")
+    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v)")
+    layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
+    layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
+    layout.add_argument("--zero", action="store_true", help="ZeRO-1: shard the AdamW moments over dp")
+    layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
+    out = p.add_argument_group("checks and output")
+    out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
+                     help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
+    out.add_argument("--trace", metavar="OUT.json", help="write the last step's Chrome trace of all ranks")
+    out.add_argument("--save", metavar="DIR", help="save checkpoints into DIR")
+    out.add_argument("--save-every", type=int, metavar="N", help="save every N steps (and after the last)")
+    out.add_argument("--resume", metavar="DIR", help="resume from the latest checkpoint in DIR (any layout)")
+    out.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: at the end)")
+    out.add_argument("--log-every", type=int, metavar="N", help="progress line every N steps")
+    return p
+
+
+def fill_defaults(args):
+    """Fill the flags left unset from the task's defaults; --check means float64."""
+    if args.check is not None:
+        if args.dtype == "float32":
+            raise ValueError("--check compares with one device to 1e-9 and needs --dtype float64 (or leave it unset)")
+        args.dtype = "float64"
+    for name, value in task_defaults(args).items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    args.dtype = args.dtype or "float32"
+    args.log_every = args.log_every or max(1, args.steps // 20)
+    return args
+
+
+def check_args(args, world_size):
+    """A ValueError naming the values for every flag combination that cannot run."""
+    for name in ("dp", "tp", "pp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer", "n_head",
+                 "d_model", "block_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be ≥ 1")
+    layout = args.dp * args.tp * args.pp
+    if layout != world_size:
+        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp} = {layout} ranks, "
+                         f"but the world has {world_size}")
+    if args.n_head % args.tp:
+        raise ValueError(f"--n-head {args.n_head} is not divisible by --tp {args.tp}")
+    if args.d_model % args.n_head:
+        raise ValueError(f"--d-model {args.d_model} is not divisible by --n-head {args.n_head}")
+    if args.batch % (args.dp * args.microbatches):
+        raise ValueError(f"--batch {args.batch} is not divisible by --dp {args.dp} x --microbatches "
+                         f"{args.microbatches} = {args.dp * args.microbatches}")
+    if args.sequence_parallel and args.block_size % args.tp:
+        raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
+                         f"--tp {args.tp} (addition: the length is 3·digits + 2; try --digits 2)")
+    if args.pp * args.chunks > args.n_layer:
+        raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
+                         f"got {args.n_layer}")
+    if args.chunks > 1 and args.schedule != "interleaved":
+        raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
+    if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
+        raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
+    if args.save_every and not args.save:
+        raise ValueError("--save-every needs --save DIR")
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    launched = world()
+    if args.threads and launched.size > 1:
+        parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
+    try:
+        fill_defaults(args)
+        check_args(args, args.threads or launched.size)
+    except (ValueError, OSError) as exc:
+        prefix = f"rank {launched.rank}: " if launched.size > 1 else ""
+        parser.exit(2, f"{parser.prog}: error: {prefix}{exc}\n")
+    from .loop import train  # after the checks: importing it builds nothing, but keeps --help fast
+    if args.threads:
+        return run_threads(args.threads, train, args)[0]
+    return train(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""What rank 0 prints: the start-up summary, progress lines, communication per step, and
+the Chrome trace of every rank. Functions that take `group` are collectives."""
+import numpy as np
+
+from ..launch import launch_report
+from ..pipeline.gather import all_gather_ragged
+from ..pipeline.schedules import KINDS
+from ..pipeline.timeline import Event, Timeline
+
+GROUPS = ("dp", "tp", "pp")
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
+COUNTS = ("calls", "elements", "bytes")
+
+
+def clock(seconds):
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+def startup_summary(args, model, group):
+    """Layout, rank grid, parameters per rank, BLAS threads (collective: gathers the counts)."""
+    counts = group.all_gather(np.array([model.num_parameters()], dtype=np.int64))
+    if group.rank != 0:
+        return None
+    config, mesh = model.config, model.mesh
+    switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
+                                      ("activation checkpointing", args.checkpoint_activations),
+                                      ("ZeRO-1", args.zero)) if on]
+    task = f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
+    lines = [
+        launch_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
+        f"task: {task}; GPT n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
+        f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
+        f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
+        f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")
+        + (", " + ", ".join(switches) if switches else ""),
+        f"global batch {args.batch} x {args.accumulate} accumulated, {args.steps} steps, lr {args.lr:g}, "
+        f"seed {args.seed}",
+        mesh.describe().rsplit("\n", 1)[0],  # the grid, without rank 0's "this is rank 0" line
+        "parameters per rank: " + ", ".join(f"{r}: {int(n):,}" for r, n in enumerate(counts))
+        + f"  (single device: {dense_parameter_count(config):,})",
+    ]
+    return "\n".join(lines)
+
+
+def dense_parameter_count(config):
+    """Parameters of the single-device GPT: per block two LayerNorms (4d), q, k, v, proj
+    (4d² + 4d), fc and proj (8d² + 5d); embeddings, ln_f and the bias-free lm_head."""
+    d = config.d_model
+    return config.n_layer * (12 * d * d + 13 * d) + (2 * config.vocab_size + config.block_size) * d + 2 * d
+
+
+def progress_line(step, steps, loss, tokens, elapsed, done):
+    eta = elapsed / done * (steps - step) if done else 0.0
+    return (f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}  {tokens / elapsed:,.0f} tokens/s  "
+            f"elapsed {clock(elapsed)}  eta {clock(eta)}")
+
+
+def merge_stats(*stats):
+    """Sum {(group, kind): counts} dicts."""
+    total = {}
+    for s in stats:
+        for key, counts in s.items():
+            into = total.setdefault(key, dict.fromkeys(COUNTS, 0))
+            for c in COUNTS:
+                into[c] += counts[c]
+    return total
+
+
+def communication_table(stats, group):
+    """This rank's and all ranks' communication of one step, by group and kind (collective)."""
+    keys = [(g, k) for g in GROUPS for k in COMM_KINDS]
+    mine = np.array([[stats.get(key, {}).get(c, 0) for c in COUNTS] for key in keys], dtype=np.int64)
+    everyone = group.all_reduce(mine.copy())
+    if group.rank != 0:
+        return None
+    lines = [f"communication per step (counted by the groups: rank 0 | sum over all {group.size} ranks):"]
+    for (g, kind), (calls, _, nbytes), (_, _, all_bytes) in zip(keys, mine, everyone):
+        if calls or all_bytes:
+            lines.append(f"  {g} {kind:<14} {calls:>5} calls {nbytes / 1e6:>10.3f} MB | {all_bytes / 1e6:>10.3f} MB")
+    for kind in COMM_KINDS:
+        rows = [i for i, key in enumerate(keys) if key[1] == kind]
+        if everyone[rows, 2].sum():
+            lines.append(f"  total {kind:<14} {mine[rows, 0].sum():>3} calls {mine[rows, 2].sum() / 1e6:>10.3f} MB"
+                         f" | {everyone[rows, 2].sum() / 1e6:>10.3f} MB")
+    if len(lines) == 1:
+        lines.append("  none (one rank)")
+    return "\n".join(lines)
+
+
+def save_trace(model, group, path):
+    """Chrome trace of the last step's pipeline actions of EVERY rank, one process per world
+    rank (collective over `group`, the world). Each pp group has its own time origin."""
+    rows = np.array([[group.rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
+                     for e in model.pipeline.events], dtype=np.float64).reshape(-1)
+    events = [Event(int(r), KINDS[int(k)], int(mb), int(c), s, e)
+              for flat in all_gather_ragged(group, rows) for r, k, mb, c, s, e in flat.reshape(-1, 6)]
+    if group.rank == 0:
+        Timeline(events, num_ranks=group.size).save_chrome_trace(path)

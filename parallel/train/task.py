@@ -1,0 +1,69 @@
+"""What the job trains on: the built-in addition task, or char-level text from --data.
+
+Batch s of a run is a pure function of (seed, s), drawn alike on every rank, so every
+layout sees the same global batches (and the same losses), and a resumed run continues
+the very same stream.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from minitensor.data import AdditionTask, CharDataset, exact_match, recommended_config
+from minitensor.data.addition import greedy_answers
+
+TEXT_DEFAULTS = dict(block_size=64, batch=32, steps=500)
+
+
+def task_defaults(args):
+    """Default flags: the addition task's recommended config (also for model and optimizer on --data)."""
+    rec = recommended_config()
+    defaults = dict(n_layer=rec["n_layer"], n_head=rec["n_head"], d_model=rec["d_model"], batch=rec["batch_size"],
+                    steps=rec["steps"], lr=rec["lr"], warmup=rec["warmup"], weight_decay=rec["weight_decay"],
+                    seed=rec["seed"], digits=rec["digits"])
+    if args.data:
+        defaults.update(TEXT_DEFAULTS)
+    else:
+        if args.block_size is not None:
+            raise ValueError("--block-size applies to --data; the addition task's length is 3·digits + 2 "
+                             "(set --digits)")
+        digits = args.digits if args.digits is not None else defaults["digits"]
+        defaults["block_size"] = 3 * digits + 2
+    return defaults
+
+
+def make_task(args):
+    if args.data:
+        return CharDataset(Path(args.data).read_text(), args.block_size, seed=args.seed)
+    return AdditionTask(digits=args.digits, seed=args.seed)
+
+
+def global_batch(task, args, step, micro=0):
+    """The global batch `micro` (of --accumulate) of step `step`: the same on every rank."""
+    return task.get_batch(args.batch, generator=np.random.default_rng([args.seed, step, micro]))
+
+
+def evaluate(model, task):
+    """(name, value) of the held-out metric of a dense model."""
+    if isinstance(task, AdditionTask):
+        return "held-out exact match", exact_match(model, task, num_problems=1000)
+    losses = []
+    for i in range(8):  # a fixed set of windows: the text has no held-out split
+        idx, targets = task.get_batch(32, generator=np.random.default_rng([10**6, i]))
+        losses.append(model.eval()(idx, targets)[1].item())
+    return "loss on 8 fixed batches", float(np.mean(losses))
+
+
+def sample(model, task, count=4):
+    """A few lines of what the dense model writes."""
+    model.eval()
+    if isinstance(task, AdditionTask):
+        a, b = task.problems(count, "heldout", np.random.default_rng(1))
+        seq = task.sequences(a, b)
+        answers = greedy_answers(model, seq[:, :task.prompt_length], task.answer_length)
+        lines = []
+        for x, y, got in zip(a, b, answers):
+            value = int(task.decode(got)[::-1])  # answers are written least-significant digit first
+            lines.append(f"{x} + {y} = {value}  {'ok' if value == x + y else f'(wrong: {x + y})'}")
+        return "\n".join(lines)
+    start = task.data[:1][None, :]
+    return task.decode(model.generate(start, 200, greedy=False, generator=np.random.default_rng(0))[0])
