@@ -18,6 +18,7 @@ from .reshard import dense, has_moments, local_piece
 from .save import mesh_facts, model_facts
 from .state import MOMENTS, load_moments, named_parameters, set_rng_state_json
 
+
 def open_manifest(path):
     """(step directory, manifest) of the checkpoint at `path` (a root with `latest`, or a step)."""
     step_dir = resolve(path)
