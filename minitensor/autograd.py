@@ -115,7 +115,12 @@ def topological_order(root):
                 "retain_graph=True) the first time if you need to go through it twice."
             )
         if node is not None:
-            stack.extend((t, False) for t in node.inputs if t.requires_grad and id(t) not in expanded)
+            # Leaves go on the stack first, so they are popped (and emitted) after the
+            # node's other inputs: in reverse order each leaf then comes right after its
+            # consumers, and its gradient is final early in backward (where data
+            # parallelism starts reducing it), not at the very end.
+            inputs = sorted(node.inputs, key=lambda t: t._node is not None)
+            stack.extend((t, False) for t in inputs if t.requires_grad and id(t) not in expanded)
     return order
 
 
