@@ -227,3 +227,24 @@ def test_astype_is_differentiable_and_returns_the_gradient_in_the_input_dtype():
     (y * mt.tensor(np.array([3.0, 4.0]))).sum().backward()
     assert x.grad.dtype == np.float32
     np.testing.assert_array_equal(x.grad, [6.0, 8.0])
+
+
+def test_parameter_gradients_become_final_in_reverse_layer_order():
+    """Data parallelism overlaps its all-reduces with backward only if each layer's
+    gradients are final as soon as backward has passed that layer, not at the end."""
+    from minitensor.models import GPT, GPTConfig
+
+    mt.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=3, n_head=2, d_model=16))
+    fired = []
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda t, name=name: fired.append(name))
+    idx = np.random.default_rng(0).integers(0, 11, (2, 8))
+    model(idx, idx)[1].backward()
+
+    def first_seen(prefix):
+        return min(i for i, name in enumerate(fired) if name.startswith(prefix))
+
+    assert fired[0] == "lm_head.weight"
+    assert first_seen("ln_f") < first_seen("blocks.2") < first_seen("blocks.1") < first_seen("blocks.0")
+    assert first_seen("blocks.0") < first_seen("tok_emb")
