@@ -62,7 +62,8 @@ def sample(model, task, count=4):
         answers = greedy_answers(model, seq[:, :task.prompt_length], task.answer_length)
         lines = []
         for x, y, got in zip(a, b, answers):
-            value = int(task.decode(got)[::-1])  # answers are written least-significant digit first
+            text = task.decode(got)[::-1]  # answers are written least-significant digit first
+            value = int(text) if text.isdigit() else text
             lines.append(f"{x} + {y} = {value}  {'ok' if value == x + y else f'(wrong: {x + y})'}")
         return "\n".join(lines)
     start = task.data[:1][None, :]

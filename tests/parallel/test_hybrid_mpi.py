@@ -1,0 +1,43 @@
+"""The 3D model and the training job on 8 real MPI ranks (`mpiexec -n 8`, oversubscribed on a laptop)."""
+import json
+import re
+import time
+from pathlib import Path
+
+from mpi_launch import requires_mpiexec, run_mpi
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
+pytestmark = requires_mpiexec
+TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "16", "--digits", "2"]
+
+
+def test_six_layouts_of_eight_ranks_pass_the_single_device_check():
+    result = run_mpi(8, [SCRIPTS / "hybrid_train_layouts.py"], timeout=90)
+    checks = re.findall(r"^layout (\d,\d,\d) check (\S+)$", result.stdout, re.MULTILINE)
+    assert [layout for layout, _ in checks] == ["2,2,2", "1,2,4", "4,2,1", "2,4,1", "8,1,1", "1,1,8"]
+    assert all(float(worst) <= 1e-9 for _, worst in checks)
+
+
+def test_the_main_job_under_mpiexec_prints_its_report_and_writes_the_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    result = run_mpi(8, ["-m", "parallel.train", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "4",
+                         "--schedule", "1f1b", "--steps", "3", "--log-every", "1", "--trace", trace, *TINY],
+                     timeout=60)
+    out = result.stdout
+    assert "parallel: 8 rank(s) on the mpi backend; BLAS threads: as set by the user: OPENBLAS_NUM_THREADS=1" in out
+    assert "mesh dp=2 x tp=2 x pp=2 over 8 ranks" in out and out.count("parameters per rank:") == 1
+    assert len(re.findall(r"^step [123]/3  loss \d\.\d{4}  [\d,]+ tokens/s  elapsed \d+:\d\d  eta \d+:\d\d$",
+                          out, re.MULTILINE)) == 3
+    assert re.search(r"^held-out exact match: \d\.\d{4}", out, re.MULTILINE)
+    for row in ("tp all_reduce", "dp all_reduce", "pp send", "pp recv"):
+        assert re.search(rf"^  {row} +\d+ calls", out, re.MULTILINE), row
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e["ph"] == "X"} == set(range(8))
+
+
+def test_a_layout_that_does_not_fit_the_world_is_an_error_on_every_rank():
+    start = time.monotonic()
+    result = run_mpi(8, ["-m", "parallel.train", "--dp", "2", "--tp", "2", *TINY], timeout=60, check=False)
+    assert result.returncode != 0 and time.monotonic() - start < 30
+    for rank in range(8):
+        assert f"rank {rank}: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8" in result.stderr

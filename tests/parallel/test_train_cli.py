@@ -1,0 +1,126 @@
+"""`python -m parallel.train` on the threads backend: flags, --check, same losses for every
+layout, reports, errors, trace, char-level text, resume."""
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import parallel.train.loop as loop
+from minitensor.data import recommended_config
+from parallel.train import build_parser, main
+from parallel.train.cli import fill_defaults
+
+TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "--digits", "2", "--log-every", "1"]
+
+
+def flags(*extra, steps=2):
+    return TINY + ["--steps", str(steps), *extra]
+
+
+def test_every_flag_has_a_one_line_help():
+    parser = build_parser()
+    for action in parser._actions:
+        assert action.help and "\n" not in action.help, action.option_strings
+    names = {s for a in parser._actions for s in a.option_strings}
+    for flag in ("--n-layer", "--n-head", "--d-model", "--block-size", "--batch", "--steps", "--lr", "--dtype",
+                 "--seed", "--dp", "--tp", "--pp", "--microbatches", "--schedule", "--chunks",
+                 "--sequence-parallel", "--checkpoint-activations", "--zero", "--data", "--trace", "--check",
+                 "--save", "--save-every", "--resume", "--eval-every", "--log-every", "--threads"):
+        assert flag in names
+
+
+def test_the_defaults_are_the_addition_task_recommended_config():
+    args = fill_defaults(build_parser().parse_args([]))
+    rec = recommended_config()
+    assert (args.n_layer, args.n_head, args.d_model, args.batch, args.steps, args.lr, args.seed) == (
+        rec["n_layer"], rec["n_head"], rec["d_model"], rec["batch_size"], rec["steps"], rec["lr"], rec["seed"])
+    assert args.dtype == "float32" and args.block_size == 3 * rec["digits"] + 2
+    assert (args.dp, args.tp, args.pp, args.microbatches) == (1, 1, 1, 1)
+
+
+def test_check_on_eight_threads_prints_the_report_and_passes(capsys, tmp_path):
+    trace = tmp_path / "trace.json"
+    result = main(flags("--threads", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2",
+                        "--check", "--trace", str(trace)))
+    out = capsys.readouterr().out
+    assert result["check"] <= 1e-9
+    assert "threads backend" in out and "mesh dp=2 x tp=2 x pp=2 over 8 ranks" in out
+    assert re.search(r"^parameters per rank: 0: [\d,]+, 1: .*7: [\d,]+  \(single device: [\d,]+\)$", out, re.M)
+    assert len(re.findall(r"^check step [12]: .* largest relative gradient difference \S+ \(\S+\) vs one device$",
+                          out, re.M)) == 2
+    assert re.search(r"^step 2/2  loss \d\.\d{4}  [\d,]+ tokens/s  elapsed 0:\d\d  eta 0:00$", out, re.M)
+    assert re.search(r"^held-out exact match: \d\.\d{4} \(\d+\.\d%\)$", out, re.M)
+    assert re.search(r"^sample:\n\d+ \+ \d+ = ", out, re.M)
+    assert re.search(r"^  tp all_reduce +\d+ calls +\d+\.\d{3} MB \| +\d+\.\d{3} MB$", out, re.M)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e["ph"] == "X"} == set(range(8))
+
+
+def test_check_reports_the_dtype_it_needs():
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags("--check", "--dtype", "float32"))
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-9), ("float32", 2e-5)])
+def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
+    layouts = [[], ["--threads", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2", "--zero"],
+               ["--threads", "4", "--tp", "2", "--pp", "2", "--chunks", "2", "--schedule", "interleaved",
+                "--microbatches", "2", "--sequence-parallel"]]
+    runs = [main(flags("--dtype", dtype, "--seed", "7", "--n-layer", "4", *layout, steps=3))["losses"]
+            for layout in layouts]
+    for losses in runs[1:]:
+        np.testing.assert_allclose(losses, runs[0], rtol=rtol)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--threads", "4", "--dp", "3"], "--dp 3 x --tp 1 x --pp 1 = 3 ranks, but the world has 4"),
+    (["--threads", "2", "--tp", "2", "--n-head", "3", "--d-model", "12"], "--n-head 3 is not divisible by --tp 2"),
+    (["--threads", "2", "--dp", "2", "--microbatches", "3"], "--batch 8 is not divisible by --dp 2 x --microbatches 3"),
+    (["--threads", "2", "--tp", "2", "--sequence-parallel", "--digits", "3"],
+     "sequence length 11 divisible by --tp 2"),
+    (["--chunks", "2"], "--chunks 2 needs --schedule interleaved"),
+])
+def test_bad_flags_are_clear_errors(extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags(*extra))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_exception_on_one_rank_ends_the_threads_job(monkeypatch):
+    def fail(model, task):  # rank 0 evaluates while the other ranks wait in the next collective
+        raise RuntimeError("evaluation failed on rank 0")
+
+    monkeypatch.setattr(loop, "evaluate", fail)
+    with pytest.raises(RuntimeError, match="evaluation failed on rank 0"):
+        main(flags("--threads", "4", "--dp", "2", "--pp", "2"))
+
+
+def test_char_level_text_from_a_file(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 20)
+    result = main(["--data", str(text), "--block-size", "8", "--batch", "4", "--steps", "2", "--d-model", "16",
+                   "--n-head", "2", "--threads", "2", "--pp", "2"])
+    out = capsys.readouterr().out
+    assert "task: char-level text" in out and "vocab=" in out
+    assert re.search(r"^loss on 8 fixed batches: \d\.\d{4}$", out, re.M)
+    assert np.isfinite(result["metric"])
+
+
+def test_resume_in_another_layout_continues_the_same_losses(tmp_path):
+    pytest.importorskip("parallel.checkpoint")
+    whole = main(flags("--dtype", "float64", steps=4))["losses"]
+    main(flags("--dtype", "float64", "--save", str(tmp_path), "--save-every", "2", steps=2))
+    resumed = main(flags("--dtype", "float64", "--resume", str(tmp_path), "--threads", "4", "--tp", "2", "--pp", "2",
+                         steps=4))["losses"]
+    np.testing.assert_allclose(resumed, whole[2:], rtol=1e-9)
+
+
+def test_python_dash_m_runs_the_job_and_help_works():
+    help_text = subprocess.run([sys.executable, "-m", "parallel.train", "--help"], capture_output=True, text=True,
+                               check=True, timeout=60).stdout
+    assert "--microbatches" in help_text and "mpiexec -n 8 python -m mpi4py -m parallel.train" in help_text
