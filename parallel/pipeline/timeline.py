@@ -65,13 +65,16 @@ class Timeline:
         """Text picture: one row per rank, one column per `slot` of time
         (default: the shortest compute), `.` where the rank computes nothing."""
         slot = slot or min(e.end - e.start for e in self.compute)
-        columns = round(self.makespan / slot)
         chunked = any(e.chunk > 0 for e in self.compute)
         width = max(len(_label(e, chunked)) for e in self.compute)
-        rows = [["."] * columns for _ in range(self.num_ranks)]
+        spans = []  # every event covers at least one column, even when rounding squeezes it
         for e in self.compute:
             first, last = (round((t - self.t0) / slot) for t in (e.start, e.end))
-            for column in range(first, max(last, first + 1)):
+            spans.append((e, first, max(last, first + 1)))
+        columns = max(end for _, _, end in spans)
+        rows = [["."] * columns for _ in range(self.num_ranks)]
+        for e, first, end in spans:
+            for column in range(first, end):
                 rows[e.rank][column] = _label(e, chunked)
         lines = [f"rank {r} | " + " ".join(cell.ljust(width) for cell in row).rstrip()
                  for r, row in enumerate(rows)]

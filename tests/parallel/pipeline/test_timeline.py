@@ -101,3 +101,9 @@ def test_chrome_trace_is_valid_json_with_one_slice_per_action(tmp_path):
 def test_timeline_needs_compute_events():
     with pytest.raises(ValueError, match="at least one forward or backward"):
         Timeline([Event(0, "send_fwd", 0, 0, 0.0, 1.0)])
+
+
+def test_render_never_drops_a_short_event_at_the_end():
+    """Rounding a short last event to the grid must widen the picture, not crash it."""
+    picture = Timeline([Event(0, "forward", 0, 0, 0, 1), Event(0, "backward", 0, 0, 1, 1.2)]).render(slot=1)
+    assert picture.splitlines()[0].split("|")[1].split() == ["F0", "B0"]
