@@ -7,6 +7,7 @@ numpy is imported) sets one BLAS thread per rank unless the user chose a
 number. `launch_report(group)` says what happened in one line, for callers to
 print on rank 0. This module must not import numpy.
 """
+import argparse
 import os
 import shutil
 import sys
@@ -60,3 +61,22 @@ def find_mpiexec():
     if beside.exists():
         return str(beside)
     return shutil.which("mpiexec")
+
+
+def rank_arguments(description, default_threads=2):
+    """An argument parser with `--threads N`, for scripts that run on several ranks."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", type=int, default=default_threads,
+                        help=f"ranks to run as threads of this process when not under mpiexec "
+                             f"(default {default_threads})")
+    return parser
+
+
+def run_on_ranks(threads, fn, *args):
+    """Run fn(*args) on every rank: once per MPI process under mpiexec, else on
+    `threads` threads of this process (parallel.run_threads). Returns this process's results."""
+    if launched_by_mpiexec():
+        return [fn(*args)]
+    from .comm import run_threads  # numpy loads only after limit_blas_threads() has run
+
+    return run_threads(threads, fn, *args)

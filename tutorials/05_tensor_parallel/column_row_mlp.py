@@ -8,7 +8,6 @@ between the tensor-parallel MLP and the dense one (output, input gradient, weigh
 gradients), why gelu forbids splitting the first layer by rows, and the collectives
 each rank ran, read from group.stats(), for Megatron's pairing and for a naive one.
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -19,7 +18,7 @@ import minitensor as mt
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import ColumnParallelLinear, RowParallelLinear
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.tensor_parallel import full_grads
 
 D_MODEL, HIDDEN = 4, 8          # small enough to draw; the MLP maps 4 -> 8 -> 4
@@ -119,11 +118,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

@@ -8,7 +8,6 @@ to, the largest difference between ParallelSelfAttention and the dense SelfAtten
 (output, input gradient, every weight gradient), the shape of the attention
 probabilities a rank holds, and the collectives of one forward and one backward.
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -18,7 +17,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models.gpt import GPTConfig, SelfAttention
 from parallel import ParallelSelfAttention
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.tensor_parallel import full_grads
 
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=4, d_model=8)
@@ -78,11 +77,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

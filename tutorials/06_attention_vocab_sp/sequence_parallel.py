@@ -9,7 +9,6 @@ gradient, every parameter gradient), the collectives of one forward + backward w
 their bytes (the same total with and without SP), the activation bytes a rank keeps
 for backward (a bar per layout), and then a whole GPT trained one step with SP.
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -20,7 +19,7 @@ import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
 from parallel import ParallelBlock, tensor_parallel_gpt
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.pipeline.memory import activation_bytes
 from parallel.tensor_parallel import all_reduce_partial_grads, full_grads
 
@@ -109,11 +108,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

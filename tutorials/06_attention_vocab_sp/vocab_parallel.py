@@ -9,7 +9,6 @@ largest difference between the vocab-parallel embedding / cross-entropy and the 
 ones, the gradient that reaches the padding columns, and how many numbers per token the
 cross-entropy all-reduces compared with gathering the logits.
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -20,7 +19,7 @@ import minitensor as mt
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.tensor_parallel.sharding import gather, shard
 
 VOCAB, D_MODEL = 10, 3
@@ -83,11 +82,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=4,
-                        help="ranks as threads of this process when not under mpiexec (default 4)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=4)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

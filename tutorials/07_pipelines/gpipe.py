@@ -9,7 +9,6 @@ simulated timeline and bubble next to the formula, then real training steps for
 m = 1, 2, 4, 8 micro-batches — loss and gradient difference to one device, measured
 bubble vs theory — the measured timeline, and where the Chrome trace was written.
 """
-import argparse
 import os
 import tempfile
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
@@ -20,7 +19,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.pipeline import Timeline, bubble_theory, check_schedule, gpipe, split_gpt
 
 CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=4, n_head=4, d_model=128)
@@ -88,13 +87,8 @@ def main(trace_path):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     parser.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "gpipe_trace.json"),
                         help="where to write the Chrome trace of the m=4 step")
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main(args.trace)
-    else:
-        parallel.run_threads(args.threads, main, args.trace)
+    run_on_ranks(args.threads, main, args.trace)

@@ -9,7 +9,6 @@ difference; then a 1F1B pipeline step with and without checkpointing on this run
 ranks: gradient difference to one device, peak activation bytes per stage (a bar
 each), forward passes per step, and the step time (which varies from run to run).
 """
-import argparse
 import os
 import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
@@ -23,7 +22,7 @@ from minitensor.checkpoint import checkpoint
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
 from parallel import Pipeline
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 
 CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=4, n_head=4, d_model=64)
 BATCH, SEQ, M = 8, 32, 4
@@ -104,11 +103,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

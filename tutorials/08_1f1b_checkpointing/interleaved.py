@@ -8,7 +8,6 @@ of 1F1B and interleaved 1F1B for p = 2, m = 4 with their bubbles next to the for
 then real steps of both on this run's ranks: loss and gradient difference to one
 device, and the measured bubble next to the theory.
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -18,7 +17,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.pipeline import Timeline, bubble_theory, check_schedule, get_schedule, stages_for_rank
 
 SIM_P, SIM_M, V = 2, 4, 2
@@ -70,11 +69,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

@@ -9,7 +9,6 @@ then a real step of both schedules on this run's ranks: loss and gradient differ
 to one device, the difference between the two schedules' gradients, and the peak
 stored micro-batches and activation bytes per stage (with a bar per stage).
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -19,7 +18,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.pipeline import Timeline, bubble_theory, check_schedule, get_schedule
 
 SIM_P, SIM_M = 4, 8
@@ -75,11 +74,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)

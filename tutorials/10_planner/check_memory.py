@@ -9,7 +9,6 @@ the planner predicts (parallel.plan.param_bytes_per_rank) next to the bytes the 
 model holds, then the planner's activation estimate next to the measured bytes the
 pipeline stages kept (a different, model-specific count: the two are printed, not equated).
 """
-import argparse
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
 
@@ -19,7 +18,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline, tensor_parallel_gpt
-from parallel.launch import launched_by_mpiexec
+from parallel.launch import rank_arguments, run_on_ranks
 from parallel.plan import Layout, activation_bytes_per_rank, get_config, param_bytes_per_rank
 
 PLAN_CONFIG = get_config("small")
@@ -67,11 +66,6 @@ def main():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2,
-                        help="ranks as threads of this process when not under mpiexec (default 2)")
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
     args = parser.parse_args()
-    if launched_by_mpiexec():
-        main()
-    else:
-        parallel.run_threads(args.threads, main)
+    run_on_ranks(args.threads, main)
