@@ -17,14 +17,32 @@ TOLERANCE = 1e-9  # float64
 
 
 class SingleDeviceCheck:
-    def __init__(self, config, args):
-        mt.manual_seed(args.seed)
-        self.model = GPT(config, dtype=np.dtype(args.dtype))
-        self.optimizer = AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-        self.worst = 0.0
+    """Built on every rank (the gathers are collectives); only rank 0 holds the dense model."""
+
+    def __init__(self, config, args, group):
+        self.group, self.worst, self.model = group, 0.0, None
+        if group.rank == 0:
+            mt.manual_seed(args.seed)
+            self.model = GPT(config, dtype=np.dtype(args.dtype))
+            self.optimizer = AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+
+    def check_step(self, model, batches, loss, step, lr):
+        """Gather the parallel gradients, run the same step on one device, compare.
+        Returns rank 0's report line (None elsewhere); raises beyond the tolerance."""
+        grads = model.full_grads()
+        if self.model is None:
+            return None
+        loss_diff, grad_diff, name = self.compare(batches, loss, grads)
+        self.optimizer.defaults["lr"] = lr
+        self.optimizer.step()
+        if max(loss_diff, grad_diff) > TOLERANCE:
+            raise AssertionError(f"--check failed at step {step}: difference {max(loss_diff, grad_diff):.2e} "
+                                 f"> {TOLERANCE:g} ({name})")
+        return (f"check step {step}: loss {loss:.10f}, relative loss difference {loss_diff:.1e}, largest relative "
+                f"gradient difference {grad_diff:.1e} ({name}) vs one device")
 
     def compare(self, batches, loss, grads):
-        """One step on the reference; returns (|loss diff| relative, worst gradient diff, its name)."""
+        """(relative loss difference, worst relative gradient difference, its name)."""
         self.optimizer.zero_grad()
         ref_losses = []
         for idx, targets in batches:
@@ -42,7 +60,3 @@ class SingleDeviceCheck:
         loss_diff = abs(loss - ref_loss) / abs(ref_loss)
         self.worst = max(self.worst, diffs[name], loss_diff)
         return loss_diff, diffs[name], name
-
-    def step(self, lr):
-        self.optimizer.defaults["lr"] = lr
-        self.optimizer.step()

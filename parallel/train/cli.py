@@ -102,6 +102,8 @@ def check_args(args, world_size):
         raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
+    if args.check and args.resume:
+        raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
 

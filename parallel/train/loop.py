@@ -49,69 +49,61 @@ def train(args):
     group = world()
     task = make_task(args)
     model = build(args, task, group)
-    checker = SingleDeviceCheck(model.config, args) if args.check and group.rank == 0 else None
+    checker = SingleDeviceCheck(model.config, args, group) if args.check else None
     first = 1
     if args.resume:
-        from ..checkpoint import load_checkpoint
+        from ..checkpoint import load_checkpoint  # imported only when used: plain training does without it
         first = load_checkpoint(args.resume, model)["step"] + 1
     say(group, report.startup_summary(args, model, group))
     if first > 1:
         say(group, f"resumed from {args.resume} after step {first - 1}")
-    losses, step_stats, check_lines = [], {}, []
+    losses, step_stats = [], {}
     tokens = args.batch * args.block_size * args.accumulate
     start = time.perf_counter()
     for step in range(first, args.steps + 1):
-        lr = learning_rate(args, step)
-        model.optimizer.defaults["lr"] = lr
-        batches = [global_batch(task, args, step, k) for k in range(args.accumulate)]
-        model.reset_communication_stats()
-        loss = float(np.mean([model.train_step(idx, targets) for idx, targets in batches]))
-        model.finish_grad_sync()
-        sync_stats = model.communication_stats()
-        if args.check and step < first + args.check:
-            check_step(model, checker, batches, loss, step, lr, group)
-        model.reset_communication_stats()
-        model.optimizer_step()
-        step_stats = report.merge_stats(sync_stats, model.communication_stats())
+        checking = checker if checker and step < first + args.check else None
+        loss, step_stats = train_one_step(args, model, task, step, checking, group)
         losses.append(loss)
-        elapsed = time.perf_counter() - start
+        done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
-            say(group, report.progress_line(step, args.steps, loss, tokens * (step - first + 1), elapsed,
-                                            step - first + 1))
+            say(group, report.progress_line(step, args.steps, loss, tokens * done, time.perf_counter() - start, done))
         if args.eval_every and step % args.eval_every == 0 and step != args.steps:
-            say(group, final_metric(model, task, group, f"step {step}: "))
+            _, metric = evaluation(model, task, group)
+            say(group, metric and f"step {step}: {metric[0]}: {metric[1]:.4f}")
         if args.save and ((args.save_every and step % args.save_every == 0) or step == args.steps):
-            from ..checkpoint import save_checkpoint
+            from ..checkpoint import save_checkpoint  # (as load_checkpoint above)
             save_checkpoint(args.save, model, step=step, extra={"args": vars(args)})
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 
-def check_step(model, checker, batches, loss, step, lr, group):
-    grads = model.full_grads()  # collective: every rank gathers, rank 0 compares
-    if checker is None:
-        return
-    loss_diff, grad_diff, name = checker.compare(batches, loss, grads)
-    checker.step(lr)
-    say(group, f"check step {step}: loss {loss:.10f}, relative loss difference {loss_diff:.1e}, largest relative "
-               f"gradient difference {grad_diff:.1e} ({name}) vs one device")
-    if max(loss_diff, grad_diff) > TOLERANCE:
-        raise AssertionError(f"--check failed at step {step}: difference {max(loss_diff, grad_diff):.2e} "
-                             f"> {TOLERANCE:g} ({name})")
+def train_one_step(args, model, task, step, checking, group):
+    """One optimizer step over --accumulate global batches; returns (mean loss, this step's
+    communication). `checking`: the SingleDeviceCheck to run this step, or None."""
+    lr = learning_rate(args, step)
+    model.optimizer.defaults["lr"] = lr
+    batches = [global_batch(task, args, step, k) for k in range(args.accumulate)]
+    model.reset_communication_stats()
+    loss = float(np.mean([model.train_step(idx, targets) for idx, targets in batches]))
+    model.finish_grad_sync()
+    sync_stats = model.communication_stats()  # before --check's gathers, which are not part of training
+    if checking is not None:
+        say(group, checking.check_step(model, batches, loss, step, lr))
+    model.reset_communication_stats()
+    model.optimizer_step()  # ZeRO's reduce-scatter and all-gather happen here
+    return loss, report.merge_stats(sync_stats, model.communication_stats())
 
 
-def final_metric(model, task, group, prefix=""):
-    dense = model.dense_gpt()  # collective: the gathered single-device model, evaluated on rank 0
-    if group.rank != 0:
-        return None
-    name, value = evaluate(dense, task)
-    return f"{prefix}{name}: {value:.4f}"
+def evaluation(model, task, group):
+    """The gathered single-device model (a collective) and, on rank 0, its metric (name, value)."""
+    dense = model.dense_gpt()
+    return dense, (evaluate(dense, task) if group.rank == 0 else None)
 
 
 def finish(args, model, task, group, losses, step_stats, checker, seconds):
-    dense = model.dense_gpt()
+    dense, metric = evaluation(model, task, group)
     result = {"losses": losses, "metric": None, "check": None}
     if group.rank == 0:
-        name, value = evaluate(dense, task)
+        name, value = metric
         result["metric"] = value
         print(f"trained {len(losses)} steps in {report.clock(seconds)} ({seconds:.1f} s)", flush=True)
         print(f"{name}: {value:.4f}" + (f" ({value:.1%})" if name.endswith("exact match") else ""), flush=True)

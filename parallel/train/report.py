@@ -34,8 +34,8 @@ def startup_summary(args, model, group):
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")
         + (", " + ", ".join(switches) if switches else ""),
-        f"global batch {args.batch} x {args.accumulate} accumulated, {args.steps} steps, lr {args.lr:g}, "
-        f"seed {args.seed}",
+        f"global batch {args.batch}" + (f" x {args.accumulate} accumulated" if args.accumulate > 1 else "")
+        + f", {args.steps} steps, peak lr {args.lr:g}, seed {args.seed}",
         mesh.describe().rsplit("\n", 1)[0],  # the grid, without rank 0's "this is rank 0" line
         "parameters per rank: " + ", ".join(f"{r}: {int(n):,}" for r, n in enumerate(counts))
         + f"  (single device: {dense_parameter_count(config):,})",
