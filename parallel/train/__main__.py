@@ -1,4 +1,20 @@
-"""Entry point: `python -m parallel.train` (under MPI: `mpiexec -n N python -m mpi4py -m parallel.train`)."""
-from .cli import main
+"""Entry point: `python -m parallel.train` (under MPI: `mpiexec -n N python -m mpi4py -m parallel.train`).
 
+One BLAS thread per rank. Under mpiexec `parallel.launch` sets it before numpy loads. In
+one process (and with --threads N, whose ranks share the process) numpy is already
+loaded by `import parallel` when this module runs, so if the user chose no BLAS thread
+count the job restarts itself once with one: on this model's small matrices extra BLAS
+threads gain little, and on a busy or shared machine their spin-waiting made steps
+ten times slower.
+"""
+import os
+import sys
+
+from ..launch import BLAS_THREAD_VARS, launched_by_mpiexec
+from .cli import main
+from .report import RESTARTED
+
+if not launched_by_mpiexec() and not any(var in os.environ for var in BLAS_THREAD_VARS):
+    env = dict(os.environ, **{var: "1" for var in BLAS_THREAD_VARS}, **{RESTARTED: "1"})
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 main()

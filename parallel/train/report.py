@@ -1,11 +1,15 @@
 """What rank 0 prints: the start-up summary, progress lines, communication per step, and
 the Chrome trace of every rank. Functions that take `group` are collectives."""
+import os
+
 import numpy as np
 
 from ..launch import launch_report
 from ..pipeline.gather import all_gather_ragged
 from ..pipeline.schedules import KINDS
 from ..pipeline.timeline import Event, Timeline
+
+RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
 GROUPS = ("dp", "tp", "pp")
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
@@ -15,6 +19,14 @@ COUNTS = ("calls", "elements", "bytes")
 def clock(seconds):
     minutes, seconds = divmod(int(round(seconds)), 60)
     return f"{minutes}:{seconds:02d}"
+
+
+def blas_report(group):
+    """parallel.launch's line, unless parallel.train restarted itself with one BLAS thread."""
+    if not os.environ.get(RESTARTED):
+        return launch_report(group)
+    return (f"parallel: {group.size} rank(s) on the {group.backend} backend; BLAS threads: 1 per process "
+            f"(parallel.train restarted itself with OPENBLAS_NUM_THREADS=1; set it to choose)")
 
 
 def startup_summary(args, model, group):
@@ -28,7 +40,7 @@ def startup_summary(args, model, group):
                                       ("ZeRO-1", args.zero)) if on]
     task = f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
     lines = [
-        launch_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
+        blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
         f"task: {task}; GPT n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
