@@ -1,6 +1,7 @@
 """`python -m parallel.train` on the threads backend: flags, --check, same losses for every
 layout, reports, errors, trace, char-level text, resume."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 import parallel.train.loop as loop
 from minitensor.data import recommended_config
+from parallel.launch import BLAS_THREAD_VARS
 from parallel.train import build_parser, main
 from parallel.train.cli import fill_defaults
 
@@ -120,7 +122,11 @@ def test_resume_in_another_layout_continues_the_same_losses(tmp_path):
     np.testing.assert_allclose(resumed, whole[2:], rtol=1e-9)
 
 
-def test_python_dash_m_runs_the_job_and_help_works():
-    help_text = subprocess.run([sys.executable, "-m", "parallel.train", "--help"], capture_output=True, text=True,
-                               check=True, timeout=60).stdout
-    assert "--microbatches" in help_text and "mpiexec -n 8 python -m mpi4py -m parallel.train" in help_text
+def test_python_dash_m_runs_the_job_with_one_blas_thread_and_help_works():
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARS}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "parallel.train", *args], capture_output=True,
+                                       text=True, check=True, timeout=60, env=env).stdout
+    assert "--microbatches" in run("--help") and "mpiexec -n 8 python -m mpi4py -m parallel.train" in run("--help")
+    out = run(*flags(steps=1))
+    assert "BLAS threads: 1 per process (parallel.train restarted itself with OPENBLAS_NUM_THREADS=1" in out
+    assert "held-out exact match" in out
