@@ -10,7 +10,8 @@
 `path` is relative to the repository root (or absolute); `threads=N` appends
 `--threads N` to the arguments; `mpi_ranks=N` runs the script under real
 `mpiexec -n N` through tests/mpi_launch.py's `run_mpi` (skipping loudly when
-there is no mpiexec). A non-zero exit or a timeout fails the test with the
+there is no mpiexec). Both ways run with one BLAS thread unless the
+environment sets OPENBLAS_NUM_THREADS. A non-zero exit or a timeout fails the test with the
 script's stdout and stderr. The tests then parse the evidence lines out of the
 returned stdout, with `number_after` for "label: <number>" lines (thousands
 separators allowed: "1,280,000").
@@ -42,6 +43,7 @@ def run_script(path, *args, timeout=120, mpi_ranks=None, threads=None):
 
 def _run_python(command, timeout):
     env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")  # as run_mpi does: tests share the cores with other tests
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env, cwd=REPO, start_new_session=True)

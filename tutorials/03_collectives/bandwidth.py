@@ -12,8 +12,6 @@ The script fits α and β to the measured medians (least squares on relative
 error, so small and large sizes count alike) and prints the model next to the
 measurements.
 """
-import argparse
-
 import parallel
 import numpy as np
 from parallel.bench.allreduce import KIB, human, median_time, repetitions
@@ -66,13 +64,9 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--algorithm", choices=["builtin", "ring"], default="builtin",
                         help="the backend's own all-reduce, or the from-scratch ring (default builtin)")
     parser.add_argument("--max-kib", type=int, default=16 * 1024, help="largest buffer in KiB (default 16384)")
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)

@@ -7,8 +7,6 @@ Rank r starts with [10r, 10r+1, ...] (2 elements per rank). For each operation t
 every rank's buffer before and after, and checks the result on every rank
 against the same operation done with plain numpy on all ranks' inputs.
 """
-import argparse
-
 import parallel
 import numpy as np
 
@@ -75,10 +73,6 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)

@@ -8,8 +8,6 @@ ranks written in binary: the script prints, after every step of the ring, which
 ranks' contributions each chunk of each rank holds. Then it checks the ring
 against the builtin all-reduce and counts the bytes each rank really sent.
 """
-import argparse
-
 import parallel
 import numpy as np
 from parallel.comm import ring
@@ -104,11 +102,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--elements", type=int, default=120_000, help="buffer size for the check (default 120000)")
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)

@@ -9,8 +9,6 @@ hand. Each rank also runs the whole batch on its own (the one-device
 reference) and the script prints the largest difference over every gradient
 and every rank.
 """
-import argparse
-
 import parallel
 import numpy as np
 
@@ -80,11 +78,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--per-rank", type=int, default=2, help="sequences per rank (default 2)")
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)

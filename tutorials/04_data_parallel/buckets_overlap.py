@@ -9,8 +9,6 @@ gradient as it becomes final, with every bucket's state (how many of its
 gradients are ready, or SENT once its all-reduce has started). Then checks the
 gradients against one device, with and without overlap.
 """
-import argparse
-
 import parallel
 import numpy as np
 
@@ -95,11 +93,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--bucket-kib", type=float, default=48, help="bucket size in KiB (default 48)")
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)

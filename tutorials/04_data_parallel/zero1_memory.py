@@ -8,8 +8,6 @@ batches: one device with AdamW, DataParallel with AdamW, and ZeroOptimizer.
 Prints the optimizer memory on every rank as bars, the bytes each rank
 communicated per step, and the largest parameter difference from one device.
 """
-import argparse
-
 import parallel
 import numpy as np
 
@@ -103,11 +101,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, help="run this many ranks as threads (no MPI)")
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps (default 3)")
     args = parser.parse_args()
-    if args.threads:
-        parallel.run_threads(args.threads, main, args)
-    else:
-        main(args)
+    parallel.launch.run_on_ranks(args.threads, main, args)
