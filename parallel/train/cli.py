@@ -33,7 +33,7 @@ def build_parser():
     train.add_argument("--batch", type=int, help="global batch size (divisible by dp × microbatches)")
     train.add_argument("--steps", type=int, help="optimizer steps")
     train.add_argument("--accumulate", type=int, default=1, help="global batches accumulated per optimizer step")
-    train.add_argument("--lr", type=float, help="peak AdamW learning rate (linear warm-up, cosine decay)")
+    train.add_argument("--lr", type=float, help="peak AdamW learning rate (linear warm-up, cosine decay to 0)")
     train.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
     train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")

@@ -20,11 +20,9 @@ from .task import evaluate, global_batch, make_task, sample
 
 
 def learning_rate(args, step):
-    """Linear warm-up to --lr over --warmup steps, then cosine decay to --lr / 10."""
-    if step <= args.warmup:
-        return args.lr * step / args.warmup
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
-    return args.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+    """Linear warm-up over --warmup steps, times a cosine from --lr down to 0 at the last step."""
+    warmup = min(1.0, step / args.warmup) if args.warmup else 1.0
+    return args.lr * warmup * 0.5 * (1 + math.cos(math.pi * step / args.steps))
 
 
 def build(args, task, group):

@@ -115,9 +115,9 @@ def test_char_level_text_from_a_file(tmp_path, capsys):
 
 def test_resume_in_another_layout_continues_the_same_losses(tmp_path):
     pytest.importorskip("parallel.checkpoint")
-    whole = main(flags("--dtype", "float64", steps=4))["losses"]
-    main(flags("--dtype", "float64", "--save", str(tmp_path), "--save-every", "2", steps=2))
-    resumed = main(flags("--dtype", "float64", "--resume", str(tmp_path), "--threads", "4", "--tp", "2", "--pp", "2",
+    whole = main(flags("--dtype", "float64", "--save", str(tmp_path), "--save-every", "2", steps=4))["losses"]
+    (after_two,) = tmp_path.glob("step_*2")  # the checkpoint after step 2 (the one after step 4 is newer)
+    resumed = main(flags("--dtype", "float64", "--resume", str(after_two), "--threads", "4", "--tp", "2", "--pp", "2",
                          steps=4))["losses"]
     np.testing.assert_allclose(resumed, whole[2:], rtol=1e-9)
 
