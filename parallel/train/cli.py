@@ -4,10 +4,10 @@ Every flag is checked before any rank builds anything, so a bad layout is one cl
 message (on every MPI rank, each of which exits with status 2) instead of a hang.
 """
 import argparse
-import sys
 
 from ..comm import run_threads, world
 from ..pipeline.schedules import SCHEDULES
+from .loop import train
 from .task import task_defaults
 
 EXAMPLES = """examples:
@@ -120,11 +120,7 @@ def main(argv=None):
     except (ValueError, OSError) as exc:
         prefix = f"rank {launched.rank}: " if launched.size > 1 else ""
         parser.exit(2, f"{parser.prog}: error: {prefix}{exc}\n")
-    from .loop import train  # after the checks: importing it builds nothing, but keeps --help fast
     if args.threads:
         return run_threads(args.threads, train, args)[0]
     return train(args)
 
-
-if __name__ == "__main__":
-    main()
