@@ -1,20 +1,22 @@
 """Check the planner against real runs: per-rank memory, and the ranking of step times.
 
-    python -m parallel.plan.validate [--config medium] [--batch 16] [--steps 3] [--device laptop-cpu]
-                                     [--calibrate] [--microbatches 2]
+    python -m parallel.plan.validate [--config medium] [--batch 8] [--steps 3] [--repeats 3]
+                                     [--device laptop-cpu ...] [--calibrate] [--microbatches 2]
 
 Launches ONE `mpiexec -n 4` job (one BLAS thread per rank) that trains every 4-rank
 layout the config can take (dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, dp2·tp2 ZeRO-1) for a
-few float32 steps of a HybridGPT; each layout reports the median step time (slowest
-rank, after one warm-up step) and every rank's measured parameter, gradient and
-optimizer-state bytes. Rank 0 prints one JSON line per layout; the parent compares:
+few float32 steps of a HybridGPT, in `--repeats` interleaved sweeps; a layout's time is
+the median over sweeps of its median step time (slowest rank, after one warm-up step),
+shown with the sweeps' range, the run-to-run noise. Every rank also reports its measured
+parameter, gradient and optimizer-state bytes. Rank 0 prints one JSON line per layout and
+sweep; the parent compares:
 
     memory   measured bytes vs `param_bytes_per_rank` for every rank (relative error)
     time     the planner's predicted order of the layouts vs the measured order, with
              Spearman's rho and Kendall's tau (1 = same order, -1 = reversed)
 
 `--calibrate` first measures this machine (`python -m parallel.plan --calibrate`) and
-predicts with that profile. This is a report, not a timed test.
+also predicts with that profile. This is a report, not a timed test.
 """
 import argparse
 import dataclasses
@@ -101,28 +103,42 @@ def runnable(config, batch, microbatches):
             if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
 
 
-def worker(config_name, batch, microbatches, steps):
+def worker(config_name, batch, microbatches, steps, repeats):
+    """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
+    every layout alike); rank 0 prints one JSON line per layout and sweep."""
     group, config = world(), get_config(config_name)
     if group.size != RANKS:
         raise ValueError(f"the validation worker needs {RANKS} ranks, got {group.size}")
-    for layout in runnable(config, batch, microbatches):
-        seconds, memory = run_layout(group, config, layout, batch, microbatches, steps)
-        if group.rank == 0:
-            print(json.dumps({"layout": layout, "seconds": seconds, "memory": memory}), flush=True)
+    for _ in range(repeats):
+        for layout in runnable(config, batch, microbatches):
+            seconds, memory = run_layout(group, config, layout, batch, microbatches, steps)
+            if group.rank == 0:
+                print(json.dumps({"layout": layout, "seconds": seconds, "memory": memory}), flush=True)
 
 
-def measure(config_name, batch, microbatches, steps, timeout):
+def merge_sweeps(lines):
+    """One result per layout: the median of its sweeps' seconds, and their range."""
+    by_layout = {}
+    for line in lines:
+        by_layout.setdefault(tuple(line["layout"]), []).append(line)
+    return [{"layout": list(layout), "memory": runs[0]["memory"],
+             "seconds": float(np.median([r["seconds"] for r in runs])),
+             "spread": (min(r["seconds"] for r in runs), max(r["seconds"] for r in runs))}
+            for layout, runs in by_layout.items()]
+
+
+def measure(config_name, batch, microbatches, steps, repeats, timeout):
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("python -m parallel.plan.validate needs mpiexec (pip install mpich)")
     command = [mpiexec, "-n", str(RANKS), sys.executable, "-m", "mpi4py", "-m", "parallel.plan.validate",
                "--worker", "--config", config_name, "--batch", str(batch), "--microbatches", str(microbatches),
-               "--steps", str(steps)]
+               "--steps", str(steps), "--repeats", str(repeats)]
     done = subprocess.run(command, env={**os.environ, **ONE_THREAD}, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return merge_sweeps([json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")])
 
 
 def ranks(values):
@@ -171,22 +187,28 @@ def memory_errors(config, results):
     return rows
 
 
-def report(config, batch, microbatches, profile, results):
+def report_memory(config, results):
     rows = memory_errors(config, results)
     worst = max(rows, key=lambda row: row[-1])
     print(f"memory: {len(rows)} figures (params, grads, optim on every rank of {len(results)} layouts); "
           f"largest relative error {worst[-1]:.2%} ({worst[0]} rank {worst[1]} {worst[2]}: "
           f"measured {worst[3]} B, predicted {worst[4]} B)")
+    return rows
+
+
+def report_time(config, batch, microbatches, profile, results):
     predicted = [estimate(config, Layout(dp, tp, pp, microbatches, zero=zero), batch, profile).time["total"]
                  for dp, tp, pp, zero in (r["layout"] for r in results)]
     measured = [r["seconds"] for r in results]
     predicted_rank, measured_rank = ranks(predicted), ranks(measured)
     print(f"\nstep time, {config} batch {batch}, m={microbatches}, profile {profile['name']}:")
-    print(f"{'layout':<18}{'predicted s':>12}{'measured s':>12}{'pred rank':>10}{'meas rank':>10}")
+    print(f"{'layout':<18}{'predicted s':>12}{'measured s':>12}{'(min-max of sweeps)':>22}{'pred rank':>10}"
+          f"{'meas rank':>10}")
     for r, p, m, pr, mr in zip(results, predicted, measured, predicted_rank, measured_rank):
-        print(f"{layout_name(*r['layout']):<18}{p:>12.4g}{m:>12.4g}{pr:>10g}{mr:>10g}")
+        spread = f"({r['spread'][0]:.3g}-{r['spread'][1]:.3g})"
+        print(f"{layout_name(*r['layout']):<18}{p:>12.4g}{m:>12.4g}{spread:>22}{pr:>10g}{mr:>10g}")
     print(f"Spearman rho = {spearman(predicted, measured):+.3f}, Kendall tau = {kendall(predicted, measured):+.3f}")
-    return rows, predicted, measured
+    return predicted, measured
 
 
 def main(argv=None):
@@ -195,21 +217,26 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, help="global batch (default: the config's usual one)")
     parser.add_argument("--microbatches", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per layout (after one warm-up)")
-    parser.add_argument("--device", default="laptop-cpu", help="profile to predict with")
-    parser.add_argument("--calibrate", action="store_true", help="measure this machine first and use that")
+    parser.add_argument("--repeats", type=int, default=3, help="sweeps over the layouts (median taken)")
+    parser.add_argument("--device", action="append", help="profile(s) to predict with (repeatable; "
+                        "default laptop-cpu)")
+    parser.add_argument("--calibrate", action="store_true", help="measure this machine first and also "
+                        "predict with that profile")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batch = args.batch or DEFAULT_BATCH[args.config]
     if args.worker:
-        return worker(args.config, batch, args.microbatches, args.steps)
+        return worker(args.config, batch, args.microbatches, args.steps, args.repeats)
+    profiles = [load_profile(name) for name in args.device or ["laptop-cpu"]]
     if args.calibrate:
         from .calibrate import calibrate
-        profile = calibrate()
-    else:
-        profile = load_profile(args.device)
-    results = measure(args.config, batch, args.microbatches, args.steps, args.timeout)
-    report(get_config(args.config), batch, args.microbatches, profile, results)
+        profiles.append(calibrate())
+    results = measure(args.config, batch, args.microbatches, args.steps, args.repeats, args.timeout)
+    config = get_config(args.config)
+    report_memory(config, results)
+    for profile in profiles:
+        report_time(config, batch, args.microbatches, profile, results)
     return 0
 
 
