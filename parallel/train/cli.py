@@ -8,7 +8,7 @@ import argparse
 from ..comm import run_threads, world
 from ..pipeline.schedules import SCHEDULES
 from .loop import train
-from .task import task_defaults
+from .task import make_task, task_defaults
 
 EXAMPLES = """examples:
   python -m parallel.train                                   # one process, the addition task
@@ -117,6 +117,7 @@ def main(argv=None):
     try:
         fill_defaults(args)
         check_args(args, args.threads or launched.size)
+        make_task(args)  # the task's own checks: --digits in range, a readable --data file
     except (ValueError, OSError) as exc:
         prefix = f"rank {launched.rank}: " if launched.size > 1 else ""
         parser.exit(2, f"{parser.prog}: error: {prefix}{exc}\n")

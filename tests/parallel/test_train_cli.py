@@ -85,6 +85,8 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     (["--threads", "2", "--tp", "2", "--sequence-parallel", "--digits", "3"],
      "sequence length 11 divisible by --tp 2"),
     (["--chunks", "2"], "--chunks 2 needs --schedule interleaved"),
+    (["--digits", "12"], "AdditionTask: digits must be in [1, 9], got 12"),
+    (["--data", "/no/such/file.txt"], "No such file or directory: '/no/such/file.txt'"),
 ])
 def test_bad_flags_are_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
