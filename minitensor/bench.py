@@ -7,7 +7,8 @@ share of the step spent inside matrix products (the `MatMul` and `Linear`
 Functions' forward and backward, timed by `matmul_timer`). If PyTorch is
 installed it also times the same architecture in PyTorch eager on the CPU, with
 torch's thread count set to numpy's BLAS thread count, and prints the ratio.
-torch is optional: it is imported only inside `time_torch`.
+torch is optional: it is imported only inside `torch_step`. The process keeps freed
+memory for reuse (`minitensor.allocator`) unless `--release-memory` is given.
 """
 import argparse
 import ctypes
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 
 import minitensor as mt
+from minitensor.allocator import keep_freed_memory
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
@@ -82,8 +84,8 @@ def random_batch(config, batch, seed=0):
     return rng.integers(0, config.vocab_size, shape), rng.integers(0, config.vocab_size, shape)
 
 
-def time_minitensor(config, batch, steps, warmup):
-    """Seconds per training step (one entry per timed step) and the matmul seconds per step."""
+def minitensor_step(config, batch):
+    """A function that runs one training step of a fresh GPT on a fixed random batch."""
     mt.manual_seed(0)
     model = GPT(config)
     optimizer = AdamW(model.parameters(), lr=1e-3)
@@ -95,16 +97,7 @@ def time_minitensor(config, batch, steps, warmup):
         loss.backward()
         optimizer.step()
 
-    for _ in range(warmup):
-        step()
-    times, matmul = [], []
-    for _ in range(steps):
-        with matmul_timer() as inside:
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        matmul.append(inside[0])
-    return times, matmul
+    return step
 
 
 def torch_gpt(config):
@@ -160,8 +153,9 @@ def torch_gpt(config):
     return TorchGPT()
 
 
-def time_torch(config, batch, steps, warmup, threads):
-    """Seconds per step of the same GPT in PyTorch eager, or None without torch."""
+def torch_step(config, batch, threads):
+    """The same training step in PyTorch eager (checked: same loss from the same weights),
+    or None when torch is not installed."""
     try:
         import torch
     except ImportError:
@@ -182,37 +176,54 @@ def time_torch(config, batch, steps, warmup, threads):
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = model(idx, targets)
-        loss.backward()
+        model(idx, targets).backward()
         optimizer.step()
 
+    return step
+
+
+def time_steps(step, other, steps, warmup):
+    """Seconds per step of `step`, its seconds inside matmuls, and seconds per step of
+    `other` (or None). The two alternate, so a busy machine slows both alike."""
     for _ in range(warmup):
         step()
-    times = []
+        other and other()
+    times, matmul, other_times = [], [], []
     for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
+        with matmul_timer() as inside:
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        matmul.append(inside[0])
+        if other:
+            start = time.perf_counter()
+            other()
+            other_times.append(time.perf_counter() - start)
+    return times, matmul, (other_times if other else None)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per config")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per config")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--release-memory", action="store_true",
+                        help="leave malloc's defaults (freed memory goes back to the OS every step)")
     args = parser.parse_args(argv)
     threads = blas_threads()
-    print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps")
+    kept = not args.release_memory and keep_freed_memory()
+    print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
+          f"(minitensor and torch steps alternate), "
+          f"freed memory {'kept (minitensor.allocator)' if kept else 'released to the OS'}")
     print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'torch ms':>9} {'ratio':>6}")
     for name in args.configs:
         config, batch = CONFIGS[name]
-        times, matmul = time_minitensor(config, batch, args.steps, args.warmup)
+        other = None if args.no_torch else torch_step(config, batch, threads)
+        times, matmul, torch_times = time_steps(minitensor_step(config, batch), other, args.steps, args.warmup)
         ms = 1e3 * statistics.median(times)
         share = statistics.median(m / t for m, t in zip(matmul, times))
         tokens = batch * config.block_size / (ms / 1e3)
-        torch_times = None if args.no_torch else time_torch(config, batch, args.steps, args.warmup, threads)
         if torch_times is None:
             tail = f"{'-':>9} {'-':>6}"
         else:
