@@ -182,30 +182,40 @@ def torch_step(config, batch, threads):
     return step
 
 
-def time_steps(step, other, steps, warmup):
+def time_steps(step, other, steps, warmup, rounds=4):
     """Seconds per step of `step`, its seconds inside matmuls, and seconds per step of
-    `other` (or None). The two alternate, so a busy machine slows both alike."""
-    for _ in range(warmup):
-        step()
-        other and other()
+    `other` (or None).
+
+    The two run in alternating blocks of steps/rounds steps, each block after `warmup`
+    untimed steps: a busy machine slows both alike, while within a block each library's
+    thread pool is already awake (switching every step would make each wait for the
+    other's spinning threads).
+    """
     times, matmul, other_times = [], [], []
-    for _ in range(steps):
-        with matmul_timer() as inside:
-            start = time.perf_counter()
+    for r in range(rounds):
+        block = steps // rounds + (r < steps % rounds)
+        for _ in range(warmup):
             step()
-            times.append(time.perf_counter() - start)
-        matmul.append(inside[0])
+        for _ in range(block):
+            with matmul_timer() as inside:
+                start = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - start)
+            matmul.append(inside[0])
         if other:
-            start = time.perf_counter()
-            other()
-            other_times.append(time.perf_counter() - start)
+            for _ in range(warmup):
+                other()
+            for _ in range(block):
+                start = time.perf_counter()
+                other()
+                other_times.append(time.perf_counter() - start)
     return times, matmul, (other_times if other else None)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per config")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each block")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--release-memory", action="store_true",
@@ -214,7 +224,7 @@ def main(argv=None):
     threads = blas_threads()
     kept = not args.release_memory and keep_freed_memory()
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
-          f"(minitensor and torch steps alternate), "
+          f"(minitensor and torch in alternating blocks), "
           f"freed memory {'kept (minitensor.allocator)' if kept else 'released to the OS'}")
     print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'torch ms':>9} {'ratio':>6}")
     for name in args.configs:
