@@ -29,13 +29,20 @@ IGNORE_INDEX = -100
 
 
 def recommended_config():
-    """Defaults for the main training job, measured on a 2-core laptop, one process, float32.
+    """Defaults for the main training job (`python -m parallel.train`), float32.
 
-    Measured: see the numbers below (being tuned).
+    Learning rate at step t = 1..steps: lr · min(1, t/warmup) · ½(1 + cos(π·t/steps))
+    (linear warmup, cosine decay to 0); AdamW betas (0.9, 0.999), no dropout.
+
+    Measured on this 2-core machine, one process, 2 BLAS threads: 1500 steps in 50 s
+    (38 s after `minitensor.allocator.keep_freed_memory()`, 25 ms/step), held-out exact
+    match 100% (1000 problems) for each of seeds 0, 1, 2, 3. Tried and rejected: 3 digits
+    (seed 0 reached 100% in 1500 steps, seeds 1 and 2 stayed below 15%); lr 3e-3 (seed 1
+    stalled at 81%; a constant 3e-3 fell from 99% back to 72% late in training).
     """
     return dict(
-        digits=3, n_layer=2, n_head=4, d_model=128, batch_size=64, steps=1500,
-        lr=3e-3, warmup=100, weight_decay=0.0, seed=0,
+        digits=2, n_layer=2, n_head=4, d_model=128, dropout=0.0, batch_size=128, steps=1500,
+        lr=1e-3, warmup=100, schedule="cosine", weight_decay=0.0, seed=0,
     )
 
 
