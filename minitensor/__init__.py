@@ -7,10 +7,11 @@
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
 from minitensor.checkpoint import checkpoint
 from minitensor.gradcheck import gradcheck
-from minitensor.ops import exp, log, masked_fill, matmul, relu, sqrt, tanh, where
+from minitensor.ops import masked_fill, matmul, where
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
 from minitensor.shape_ops import concat, split, stack
 from minitensor.tensor import Tensor, tensor
+from minitensor.unary_ops import exp, log, relu, sqrt, tanh
 
 __all__ = [
     "Function", "Tensor", "tensor", "no_grad", "enable_grad", "is_grad_enabled",

@@ -124,12 +124,13 @@ def topological_order(root):
     return order
 
 
-def check_grad_shape(tensor, grad, node_name):
-    """The one place where every gradient's shape is checked against its tensor's."""
-    if grad.shape != tensor.shape:
+def check_grad(tensor, grad, node_name):
+    """The one place where every gradient's shape and dtype are checked against its
+    tensor's (a float64 gradient for a float32 tensor is a silent upcast somewhere)."""
+    if grad.shape != tensor.shape or grad.dtype != tensor.dtype:
         raise RuntimeError(
-            f"{node_name}.backward returned a gradient of shape {grad.shape} "
-            f"for an input of shape {tensor.shape}"
+            f"{node_name}.backward returned a gradient of shape {grad.shape} and dtype {grad.dtype} "
+            f"for an input of shape {tensor.shape} and dtype {tensor.dtype}"
         )
 
 
@@ -156,7 +157,7 @@ def run_backward(root, grad, retain_graph=False):
         for inp, g in zip(node.inputs, input_grads):
             if g is None or not inp.requires_grad:
                 continue
-            check_grad_shape(inp, g, node.name)
+            check_grad(inp, g, node.name)
             pending[id(inp)] = g if id(inp) not in pending else pending[id(inp)] + g
         if not retain_graph:
             tensor._node = RELEASED

@@ -1,10 +1,9 @@
-"""Differentiable elementwise, matmul and reduction ops, each forward beside its backward.
+"""Differentiable binary ops (arithmetic, matmul, where) and casts, each forward beside
+its backward.
 
 Binary ops broadcast like numpy; their backward sums the gradient back to each
 input's shape in one helper, `unbroadcast`.
 """
-import math
-
 import numpy as np
 
 from minitensor.autograd import Function
@@ -127,125 +126,6 @@ class MatMul(Function):
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
 
 
-def _normalize_axis(axis, ndim):
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    return tuple(a % ndim for a in axes) if ndim else ()
-
-
-def _expand_reduced(grad, axes, keepdims):
-    """Reinsert the reduced axes (size 1) so `grad` broadcasts against the input."""
-    return grad if keepdims else np.expand_dims(grad, axes)
-
-
-class Sum(Function):
-    def forward(self, a, axis=None, keepdims=False):
-        self.shape, self.axes, self.keepdims = a.shape, _normalize_axis(axis, a.ndim), keepdims
-        return np.sum(a, axis=self.axes, keepdims=keepdims)
-
-    def backward(self, grad):
-        return np.broadcast_to(_expand_reduced(grad, self.axes, self.keepdims), self.shape)
-
-
-class Max(Function):
-    """Ties share the gradient equally (the subgradient numpy's `amax` suggests)."""
-
-    def forward(self, a, axis=None, keepdims=False):
-        self.axes, self.keepdims = _normalize_axis(axis, a.ndim), keepdims
-        out = np.max(a, axis=self.axes, keepdims=True)
-        self.winners = a == out
-        return out if keepdims else np.squeeze(out, axis=self.axes)
-
-    def backward(self, grad):
-        grad = _expand_reduced(grad, self.axes, self.keepdims)
-        count = self.winners.sum(axis=self.axes, keepdims=True)
-        return self.winners * (grad / count)
-
-
-class Exp(Function):
-    def forward(self, a):
-        self.out = np.exp(a)
-        return self.out
-
-    def backward(self, grad):
-        return grad * self.out
-
-
-class Log(Function):
-    def forward(self, a):
-        self.save_for_backward(a)
-        return np.log(a)
-
-    def backward(self, grad):
-        return grad / self.saved[0]
-
-
-class Sqrt(Function):
-    def forward(self, a):
-        self.out = np.sqrt(a)
-        return self.out
-
-    def backward(self, grad):
-        return grad / (2 * self.out)
-
-
-class Tanh(Function):
-    def forward(self, a):
-        self.out = np.tanh(a)
-        return self.out
-
-    def backward(self, grad):
-        return grad * (1 - self.out**2)
-
-
-class Relu(Function):
-    def forward(self, a):
-        self.positive = a > 0
-        return a * self.positive
-
-    def backward(self, grad):
-        return grad * self.positive
-
-
-class Gelu(Function):
-    """GPT-2's tanh approximation: y = x·Φ(x) with Φ(x) ≈ ½(1 + tanh(u)), u = c(x + 0.044715x³).
-
-    dy/dx = ½(1 + tanh u) + ½x(1 − tanh²u)·c(1 + 3·0.044715x²), with c = √(2/π).
-    """
-
-    C = math.sqrt(2 / math.pi)
-
-    def forward(self, x):
-        # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
-        # float32 power is ~100x slower than a product)
-        u = np.multiply(x, x, out=np.empty_like(x))  # an array even for 0-d x (x * x would be a scalar)
-        u *= 0.044715
-        u += 1
-        u *= x
-        u *= self.C
-        t = np.tanh(u, out=u)
-        self.save_for_backward(x, t)
-        y = t + 1
-        y *= x
-        y *= 0.5
-        return y
-
-    def backward(self, grad):
-        x, t = self.saved
-        d = x * x  # becomes x·du/dx·(1 − t²), then the whole bracket
-        d *= 3 * 0.044715
-        d += 1
-        d *= self.C
-        d *= x
-        d *= 1 - t * t
-        d += 1
-        d += t
-        d *= 0.5
-        d *= grad
-        return d
-
-
 class Cast(Function):
     """A change of dtype; the gradient goes back in the input's dtype."""
 
@@ -311,43 +191,6 @@ def matmul(a, b):
     except ValueError:
         raise ValueError(f"matmul: batch dims of {a.shape} and {b.shape} cannot be broadcast") from None
     return MatMul.apply(a, b)
-
-
-def sum(a, axis=None, keepdims=False):
-    return Sum.apply(a, axis=axis, keepdims=keepdims)
-
-
-def mean(a, axis=None, keepdims=False):
-    count = math.prod(a.shape[i] for i in _normalize_axis(axis, a.ndim))
-    return Sum.apply(a, axis=axis, keepdims=keepdims) * (1.0 / count)
-
-
-def max(a, axis=None, keepdims=False):
-    return Max.apply(a, axis=axis, keepdims=keepdims)
-
-
-def exp(a):
-    return Exp.apply(a)
-
-
-def log(a):
-    return Log.apply(a)
-
-
-def sqrt(a):
-    return Sqrt.apply(a)
-
-
-def tanh(a):
-    return Tanh.apply(a)
-
-
-def relu(a):
-    return Relu.apply(a)
-
-
-def gelu(a):
-    return Gelu.apply(a)
 
 
 def cast(a, dtype):

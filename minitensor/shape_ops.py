@@ -65,7 +65,7 @@ class Stack(Function):
 
 
 def reshape(a, *shape):
-    shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
     try:
         return Reshape.apply(a, shape=shape)
     except ValueError:
@@ -73,7 +73,7 @@ def reshape(a, *shape):
 
 
 def permute(a, *axes):
-    axes = tuple(axes[0]) if len(axes) == 1 and not isinstance(axes[0], int) else axes
+    axes = tuple(axes[0]) if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)) else axes
     if sorted(ax % a.ndim for ax in axes) != list(range(a.ndim)):
         raise ValueError(f"permute: {axes} is not a permutation of the {a.ndim} axes of {a.shape}")
     return Permute.apply(a, axes=tuple(ax % a.ndim for ax in axes))
@@ -130,7 +130,9 @@ def stack(tensors, axis=0):
 def split(a, split_size_or_sections, axis=0):
     """Like `torch.split`: chunks of an equal size (last one smaller) or of given sizes."""
     length = a.shape[axis]
-    if isinstance(split_size_or_sections, int):
+    if isinstance(split_size_or_sections, (int, np.integer)):
+        if split_size_or_sections < 1:
+            raise ValueError(f"split: chunk size must be ≥ 1, got {split_size_or_sections}")
         sizes = [split_size_or_sections] * (length // split_size_or_sections)
         if length % split_size_or_sections:
             sizes.append(length % split_size_or_sections)

@@ -82,7 +82,7 @@ class Tensor:
                 )
             grad = np.ones_like(self.data)
         grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad, dtype=self.dtype)
-        autograd.check_grad_shape(self, grad, "backward()")
+        autograd.check_grad(self, grad, "backward()")
         autograd.run_backward(self, grad, retain_graph=retain_graph)
 
     def _accumulate_grad(self, grad):
@@ -99,7 +99,7 @@ class Tensor:
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
 
-    # ---- operators (the ops themselves live in minitensor.ops / shape_ops) -------------
+    # ---- operators (the ops live in minitensor.ops, reductions, unary_ops, shape_ops) ---
     def __add__(self, other):
         return ops.add(self, other)
 
@@ -140,31 +140,31 @@ class Tensor:
         return shape_ops.getitem(self, index)
 
     def sum(self, axis=None, keepdims=False):
-        return ops.sum(self, axis, keepdims)
+        return reductions.sum(self, axis, keepdims)
 
     def mean(self, axis=None, keepdims=False):
-        return ops.mean(self, axis, keepdims)
+        return reductions.mean(self, axis, keepdims)
 
     def max(self, axis=None, keepdims=False):
-        return ops.max(self, axis, keepdims)
+        return reductions.max(self, axis, keepdims)
 
     def exp(self):
-        return ops.exp(self)
+        return unary_ops.exp(self)
 
     def log(self):
-        return ops.log(self)
+        return unary_ops.log(self)
 
     def sqrt(self):
-        return ops.sqrt(self)
+        return unary_ops.sqrt(self)
 
     def tanh(self):
-        return ops.tanh(self)
+        return unary_ops.tanh(self)
 
     def relu(self):
-        return ops.relu(self)
+        return unary_ops.relu(self)
 
     def gelu(self):
-        return ops.gelu(self)
+        return unary_ops.gelu(self)
 
     def reshape(self, *shape):
         return shape_ops.reshape(self, *shape)
@@ -201,4 +201,4 @@ def tensor(data, requires_grad=False, dtype=None):
     return Tensor(np.array(_as_array(data, dtype), copy=True), requires_grad=requires_grad)
 
 
-from minitensor import ops, shape_ops  # noqa: E402  (ops need Tensor defined first)
+from minitensor import ops, reductions, shape_ops, unary_ops  # noqa: E402  (ops need Tensor defined first)

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from minitensor import ops
+from minitensor import unary_ops
 from minitensor.autograd import Function
 from minitensor.random import default_generator
 from minitensor.tensor import Tensor
@@ -108,6 +108,8 @@ class CrossEntropy(Function):
     """Mean over counted tokens of −log softmax(logits)[target].
 
     d/dlogits = (softmax − onehot(target)) / n_counted, zero on ignored tokens.
+    When every token is ignored the loss is 0 with zero gradient (PyTorch gives NaN):
+    a micro-batch without answer tokens then adds nothing instead of poisoning the sum.
     """
 
     def forward(self, logits, targets, ignore_index):
@@ -217,8 +219,9 @@ def dropout(x, p=0.5, training=True, generator=None):
 
 
 def _causal_mask(t_q, t_k):
-    """True above the diagonal: query i may not look at keys after position i."""
-    return np.triu(np.ones((t_q, t_k), dtype=bool), k=1 + t_k - t_q)
+    """True above the diagonal: query i may not look at keys after position i
+    (aligned top-left, as PyTorch's `is_causal`)."""
+    return np.triu(np.ones((t_q, t_k), dtype=bool), k=1)
 
 
 def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=True, generator=None):
@@ -233,8 +236,8 @@ def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=
 
 
 def gelu(x):
-    return ops.gelu(x)
+    return unary_ops.gelu(x)
 
 
 def relu(x):
-    return ops.relu(x)
+    return unary_ops.relu(x)

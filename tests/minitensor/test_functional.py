@@ -164,3 +164,14 @@ def test_huge_logits_stay_finite_and_correct(dtype):
     for out in (F.softmax(logits * 1.0), F.log_softmax(logits * 1.0)):
         out.backward(np.ones(out.shape, dtype))
     assert np.isfinite(logits.grad).all()
+
+
+def test_causal_mask_is_aligned_top_left_as_pytorch():
+    """With fewer queries than keys, query i still sees keys 0..i only."""
+    rng = np.random.default_rng(0)
+    q, k, v = (mt.tensor(rng.standard_normal((1, 1, t, 3))) for t in (2, 4, 4))
+    out = F.scaled_dot_product_attention(q, k, v, causal=True).data[0, 0]
+    np.testing.assert_allclose(out[0], v.data[0, 0, 0], rtol=1e-12)  # query 0 sees key 0 only
+    scores = q.data[0, 0, 1] @ k.data[0, 0, :2].T / np.sqrt(3)
+    weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    np.testing.assert_allclose(out[1], weights @ v.data[0, 0, :2], rtol=1e-12)

@@ -38,7 +38,7 @@ def test_a_training_loop_holds_no_growing_number_of_tensors():
 
 def test_saved_activations_are_released_after_backward():
     x = mt.tensor(np.random.default_rng(0).standard_normal((4, 5)), requires_grad=True)
-    hidden = mt.ops.gelu(x @ x.T)
+    hidden = mt.unary_ops.gelu(x @ x.T)
     loss = hidden.tanh().sum()
     nodes = [weakref.ref(loss._node), weakref.ref(hidden._node)]
     saved = [weakref.ref(a) for a in hidden._node.saved]  # the gelu input and its tanh, kept for backward
@@ -50,7 +50,7 @@ def test_saved_activations_are_released_after_backward():
 
 def test_retain_graph_keeps_the_saved_activations():
     x = mt.tensor(np.ones((2, 2)), requires_grad=True)
-    loss = mt.ops.gelu(x).sum()
+    loss = mt.unary_ops.gelu(x).sum()
     node = weakref.ref(loss._node.inputs[0]._node)
     loss.backward(retain_graph=True)
     gc.collect()

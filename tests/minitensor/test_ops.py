@@ -1,7 +1,8 @@
-"""Every op in minitensor.ops and minitensor.shape_ops: forward equals plain numpy, and
+"""Every op in minitensor.ops, reductions, unary_ops and shape_ops: forward equals plain numpy, and
 backward equals central differences (gradcheck, float64) over hypothesis-drawn shapes,
 broadcasting, size-1 dims, negative axes, keepdims and non-contiguous inputs."""
 import numpy as np
+import pytest
 from helpers import away_from_zero, leaf
 from hypothesis import given
 from hypothesis import strategies as st
@@ -45,7 +46,7 @@ UNARY = {  # name: (numpy reference, input must be positive)
 def test_unary_ops_forward_and_backward(op, shape, transposed, seed):
     reference, positive = UNARY[op]
     x = away_from_zero(leaf(np.random.default_rng(seed), shape, transposed, positive=positive))
-    fn = getattr(mt.ops, op)
+    fn = getattr(mt.ops if op == "neg" else mt.unary_ops, op)
     np.testing.assert_allclose(fn(x).data, reference(x.data), rtol=1e-12, atol=1e-15)
     assert mt.gradcheck(fn, x)
 
@@ -167,3 +168,34 @@ def test_unbroadcast_sums_added_and_stretched_axes():
     np.testing.assert_array_equal(mt.ops.unbroadcast(grad, (3, 1)), grad.sum(axis=(0, 2)).reshape(3, 1))
     np.testing.assert_array_equal(mt.ops.unbroadcast(grad, ()), grad.sum())
     assert mt.ops.unbroadcast(grad, (2, 3, 4)) is grad
+
+
+FLOAT32_PROGRAMS = {  # every op once; backward must never compute in float64
+    "arithmetic": lambda x, y: (x + y - x * y / (y * y + 1.0)) ** 2 - x,
+    "matmul": lambda x, y: x @ y.T,
+    "reductions": lambda x, y: x.sum(axis=0) + x.mean(axis=1, keepdims=True).sum() + x.max(axis=-1).sum() * y.max(),
+    "unary": lambda x, y: x.exp() + (y * y + 1.0).log() + (x * x + 1.0).sqrt() + x.tanh() + x.relu() + x.gelu(),
+    "shape": lambda x, y: mt.concat([x.reshape(-1), y.T.reshape(-1)])[2:] * mt.stack([x, y]).sum(),
+    "where": lambda x, y: mt.where(x.data > 0, x, y).masked_fill(y.data > 1, 0.0),
+}
+
+
+@given(program=st.sampled_from(sorted(FLOAT32_PROGRAMS)), seed=seeds)
+def test_float32_backward_never_upcasts(program, seed):
+    """autograd checks every gradient's dtype against its tensor's, so a float64
+    intermediate anywhere in a backward raises instead of being cast away at a leaf."""
+    rng = np.random.default_rng(seed)
+    x, y = (mt.tensor(rng.standard_normal((3, 4)).astype(np.float32), requires_grad=True) for _ in range(2))
+    out = FLOAT32_PROGRAMS[program](x, y)
+    assert out.dtype == np.float32
+    out.sum().backward()
+    assert x.grad.dtype == y.grad.dtype == np.float32
+
+
+def test_numpy_integers_work_as_sizes_and_a_zero_chunk_is_named():
+    x = mt.tensor(np.arange(12.0))
+    assert x.reshape(np.int64(4), 3).shape == (4, 3)
+    assert x.reshape(3, 4).permute(np.int64(1), 0).shape == (4, 3)
+    assert [c.shape for c in x.split(np.int64(5))] == [(5,), (5,), (2,)]
+    with pytest.raises(ValueError, match="chunk size must be ≥ 1, got 0"):
+        x.split(0)
