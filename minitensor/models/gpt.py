@@ -30,10 +30,11 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GPTConfig: {name} must be ≥ 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
         if self.d_model % self.n_head:
-            raise ValueError(f"GPTConfig: d_model {self.d_model} is not divisible by n_head {self.n_head}")
+            raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
 
     def to_dict(self):
         return asdict(self)

@@ -13,24 +13,7 @@ rank by rank, so every sharding rule below mirrors the implementation:
 - pipeline parallel: stage 0 holds the embeddings, the last stage holds `ln_f` and
   `lm_head`; blocks are split by a balance list.
 """
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int
-    block_size: int
-    n_layer: int
-    n_head: int
-    d_model: int
-
-    def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+from minitensor.models.gpt import GPTConfig  # the planner reasons about the very model it plans for
 
 
 # Named configs with the global batch (in sequences) each is usually trained with.

@@ -80,7 +80,7 @@ def test_a_future_token_changes_earlier_logits_only_without_the_causal_mask(caus
 
 
 def test_config_and_sequence_length_errors():
-    with pytest.raises(ValueError, match="d_model 6.*n_head 4"):
+    with pytest.raises(ValueError, match="d_model=6.*n_head=4"):
         GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=4, d_model=6)
     with pytest.raises(ValueError, match="length 5.*block_size 4"):
         GPT(GPTConfig(**TINY))(np.zeros((1, 5), int))
