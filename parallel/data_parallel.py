@@ -28,18 +28,24 @@ How `DataParallel` does it, the way PyTorch's DDP does:
   every bucket and writes the averaged gradients back into `.grad`. So when
   `loss.backward()` returns, gradients are averaged; nothing to remember before
   `optimizer.step()`. `finish_grad_sync()` does the same explicitly (idempotent); it is
-  only needed after backward passes that all ran inside `no_sync()` (e.g. a pipeline
-  schedule that syncs once after its last micro-batch).
+  only needed after backward passes whose forwards all ran inside `no_sync()` (e.g. a
+  pipeline schedule that syncs once after its last micro-batch).
 * Unused parameters (DDP's find_unused_parameters, always on): forward records the
   parameters that its output's graph does not reach, and the first hook of backward
-  marks them ready; their contribution is their current `.grad` (accumulated under
-  no_sync) or zeros. Every rank thus reduces every bucket in lockstep, and after the
-  sync every trainable parameter has a gradient, possibly zeros. (A single device
-  would leave a parameter no rank used at `.grad = None`, which AdamW skips; here it
-  gets a zero gradient, so AdamW still decays it.)
+  marks them ready (forward itself, when its output reaches none at all: no hook will
+  fire); their contribution is their current `.grad` (accumulated under no_sync) or
+  zeros. Every rank thus reduces every bucket in lockstep, and after the sync every
+  trainable parameter has a gradient, possibly zeros. (A single device would leave a
+  parameter no rank used at `.grad = None`, which AdamW skips; here it gets a zero
+  gradient, so AdamW still decays it.)
 * Frozen parameters (`requires_grad=False`) are in no bucket: never reduced, never changed.
-* `no_sync()`: inside it the hooks do nothing, gradients just accumulate locally; the
-  first backward outside it reduces the ACCUMULATED gradients.
+* `no_sync()`: as in DDP, FORWARD decides. A forward run inside the block records
+  `require_sync = False`, and the hooks of its backward do nothing (wherever that
+  backward runs), so gradients just accumulate locally; the backward of the first
+  forward outside it reduces the ACCUMULATED gradients.
+* Every rank communicates alike, whatever its local gradients: whether a sync is due
+  depends only on the program order (forwards, no_sync blocks, syncs), which is the
+  same on every rank, never on which parameters happened to get a gradient here.
 """
 import contextlib
 
@@ -129,8 +135,9 @@ class DataParallel:
         trainable = [p for p in module.parameters() if p.requires_grad]
         self.buckets = [Bucket(ps) for ps in assign_buckets(trainable[::-1], bucket_mb * MIB)]
         self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
-        self.sync_enabled = True
-        self.dirty = False  # a gradient was accumulated since the last sync
+        self.sync_enabled = True  # False inside no_sync()
+        self.require_sync = False  # the last forward ran outside no_sync(): its backward syncs
+        self.synced = True  # averaged, and no forward or no_sync() block began since
         self.next_to_start = 0  # buckets [0, next_to_start) have their all-reduce started
         self.waiting_for = len(trainable)  # parameters not yet ready this step
         self.unused = []  # parameters the last forward's output does not reach, not yet marked ready
@@ -150,18 +157,24 @@ class DataParallel:
                 f"{len(self.bucket_of)} trainable parameters ready but never finished the gradient sync; "
                 f"call finish_grad_sync() before the next forward")
         output = self.module(*args, **kwargs)
-        roots = [t for t in output_tensors(output) if t.requires_grad]
-        if self.sync_enabled and is_grad_enabled():
-            self.unused = self.unreachable_parameters(roots)
-            self.unused_ids = {id(p) for p in self.unused}
+        if not is_grad_enabled():
+            return output
+        self.synced = False
+        self.require_sync = self.sync_enabled
+        self.unused = self.unreachable_parameters(output) if self.require_sync else []
+        self.unused_ids = {id(p) for p in self.unused}
+        if self.unused and len(self.unused) == len(self.bucket_of):
+            self.mark_unused_ready()  # no hook will fire in this rank's backward; the others' wait for us
         return output
 
     __call__ = forward
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Accumulate gradients locally; the first backward after the block reduces the sum."""
+        """Forwards inside the block accumulate gradients locally; the backward of the first
+        forward after it (or finish_grad_sync()) reduces the sum."""
         previous, self.sync_enabled = self.sync_enabled, False
+        self.synced = False  # gradients accumulate from here (without a forward of ours, as a pipeline does)
         try:
             yield
         finally:
@@ -169,24 +182,27 @@ class DataParallel:
 
     # --- the per-step state machine -----------------------------------------------
 
-    def unreachable_parameters(self, roots):
-        """The trainable parameters that backward from `roots` cannot reach."""
+    def unreachable_parameters(self, output):
+        """The trainable parameters that backward from forward's `output` cannot reach."""
+        roots = [t for t in output_tensors(output) if t.requires_grad]
         reached = {id(t) for root in roots for t in topological_order(root)}
         return [p for b in self.buckets for p in b.params if id(p) not in reached]
 
     def on_grad_ready(self, p):
         """The hook: `p.grad` is final for this backward."""
-        self.dirty = True
-        if not self.sync_enabled:
+        if not self.require_sync:
             return
         if id(p) in self.unused_ids:
             raise RuntimeError(
                 f"DataParallel: parameter '{self.names[id(p)]}' got a gradient although the output of "
                 f"forward() does not depend on it; compute the loss from the output of forward()")
-        unused, self.unused = self.unused, []
-        for q in unused:  # the first hook of the step also readies the unused parameters
-            self.mark_ready(q)
+        self.mark_unused_ready()  # the first hook of the step also readies the unused parameters
         self.mark_ready(p)
+
+    def mark_unused_ready(self):
+        unused, self.unused = self.unused, []
+        for q in unused:
+            self.mark_ready(q)
 
     def mark_ready(self, p):
         bucket = self.bucket_of[id(p)]
@@ -198,7 +214,7 @@ class DataParallel:
         if self.overlap:
             self.start_ready_buckets()
         if self.waiting_for == 0:
-            self.finish_grad_sync()
+            self.reduce_buckets()
 
     def start_ready_buckets(self, all_of_them=False):
         """Start the all-reduce of each next bucket, in index order, while it is ready."""
@@ -213,15 +229,25 @@ class DataParallel:
     def finish_grad_sync(self):
         """Average every gradient accumulated since the last sync over the group.
 
-        Runs by itself at the end of a backward outside `no_sync()`; call it explicitly
-        after backward passes that all ran inside `no_sync()`. A no-op when nothing
-        was accumulated since the last sync. Every rank must call it alike.
+        Needed after backward passes whose forwards all ran inside `no_sync()` (the
+        backward of a forward outside it syncs by itself). A no-op when nothing began
+        since the last sync (no forward, no no_sync() block): program order, which
+        every rank sees alike, so a rank whose backward produced no gradient still
+        takes part (its gradients count as zeros). Every rank must call it alike.
+        Also forgets the last forward's record (`require_sync`, unused parameters).
         """
-        if not self.dirty:
-            return
+        if not self.synced:
+            self.reduce_buckets()
+        self.require_sync, self.unused, self.unused_ids = False, [], set()
+
+    def reduce_buckets(self):
+        """Finish every bucket's all-reduce (starting those not yet started) and start a new step.
+
+        The forward's record stays: a gradient that reaches an unused parameter later
+        in the same backward is still caught."""
         self.start_ready_buckets(all_of_them=True)
         for bucket in self.buckets:
             bucket.request.wait()
             bucket.unpack(self.group.size)
             bucket.reset()
-        self.next_to_start, self.waiting_for, self.dirty, self.unused = 0, len(self.bucket_of), False, []
+        self.next_to_start, self.waiting_for, self.synced = 0, len(self.bucket_of), True

@@ -1,4 +1,6 @@
 """DataParallel on the threads backend: equal to one device on the global batch, always."""
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -138,3 +140,59 @@ def test_delegates_to_the_module_under_single_device_names():
     idx = np.zeros((1, 5), np.int64)
     logits, loss = dp(idx, idx)
     assert_close(loss.data, F.cross_entropy(model(idx, idx)[0], idx).data)
+
+
+def test_a_forward_inside_no_sync_never_syncs_even_if_its_backward_runs_outside():
+    # As in DDP, forward decides: `b` unused by step 1's forward must not haunt step 2's.
+    x = mt.tensor(np.arange(6.0).reshape(2, 3))
+
+    def rank_fn():
+        group = parallel.world()
+        mt.manual_seed(group.rank)
+        dp = DataParallel(TwoHeads().double(), group, bucket_mb=1e-6)
+        dp(x, use_b=False).backward()  # step 1 syncs; `b` counts as unused
+        dp.zero_grad()
+        group.reset_stats()
+        with dp.no_sync():
+            out = dp(x * (group.rank + 1.0), use_b=True)
+        out.backward()  # outside the block, yet local: its forward ran inside
+        local = dp.module.b.weight.grad.copy()
+        calls_after_backward = group.stats().get("all_reduce", {}).get("calls", 0)
+        dp.finish_grad_sync()
+        return local, calls_after_backward, dp.module.b.weight.grad
+
+    column_sums = x.data.sum(axis=0)
+    for rank, (local, calls, synced) in enumerate(run_threads(2, rank_fn, timeout=30)):
+        np.testing.assert_array_equal(local, np.tile(column_sums * (rank + 1), (2, 1)))
+        assert calls == 0
+        np.testing.assert_array_equal(synced, np.tile(column_sums * 1.5, (2, 1)))
+
+
+class SometimesDetached(nn.Module):
+    """A loss that reaches the Linear, or (detached=True) only the input: no parameter gets a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x, detached):
+        return (x * 2.0).sum() if detached else self.lin(x).sum()
+
+
+@pytest.mark.parametrize("inside_no_sync", [True, False])
+def test_a_rank_whose_loss_reaches_no_parameter_still_takes_part_in_the_sync(inside_no_sync):
+    # Rank 1 gets no gradient at all; rank 0 all-reduces and waits for it (a hang under MPI,
+    # a DeadlockError on threads if rank 1 skipped the sync).
+    def rank_fn():
+        group = parallel.world()
+        mt.manual_seed(group.rank)
+        dp = DataParallel(SometimesDetached().double(), group)
+        x = mt.tensor(np.ones((1, 3)), requires_grad=True)
+        with dp.no_sync() if inside_no_sync else contextlib.nullcontext():
+            dp(x, detached=group.rank == 1).backward()
+        dp.finish_grad_sync()
+        return dp.module.lin.weight.grad, dp.module.lin.bias.grad
+
+    for weight_grad, bias_grad in run_threads(2, rank_fn, timeout=30):
+        np.testing.assert_array_equal(weight_grad, np.full((2, 3), 0.5))
+        np.testing.assert_array_equal(bias_grad, np.full(2, 0.5))
