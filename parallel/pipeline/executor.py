@@ -190,7 +190,10 @@ class _Step:
         stage = self.pipe.stages[chunk]
         x = self.idx[mb] if stage.is_first else self.inputs[mb, chunk]
         targets = self.targets[mb] if stage.is_last else None
-        out = checkpointed(stage, x, targets) if self.pipe.checkpoint else stage(x, targets)
+        if self.pipe.checkpoint:  # the recomputation in backward replays the stage's random streams
+            out = checkpointed(stage, x, targets, generators=stage.generators())
+        else:
+            out = stage(x, targets)
         if stage.is_last:
             self.losses.append(out.item())
         self.outputs[mb, chunk] = out

@@ -72,6 +72,12 @@ class PipelineStage(nn.Module):
         logits, loss = self.head(x, targets)
         return logits if targets is None else loss
 
+    def generators(self):
+        """The random generators forward draws from besides minitensor's default one: an
+        activation checkpoint replays them with it, so a recomputation draws the same
+        dropout masks. None here (dense dropout draws from the default generator)."""
+        return ()
+
     def activation_shape(self, batch, seq_len):
         """Shape of the activation this stage sends or receives for a (batch, seq_len)
         micro-batch: known on every rank, so send/recv need no shape message."""

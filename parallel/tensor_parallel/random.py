@@ -28,6 +28,11 @@ class TensorParallelRNG:
     def generator(self, sharded):
         return self.sharded if sharded else self.replicated
 
+    def generators(self):
+        """Every stream a forward draws from (fork_sharded draws from `sharded` too): what a
+        recomputation must replay to draw the same masks (minitensor.checkpoint's `generators=`)."""
+        return (self.replicated, self.sharded)
+
     @contextlib.contextmanager
     def fork_sharded(self):
         """Run a block whose dropout draws from the default generator (e.g. gpt.attend) on the
