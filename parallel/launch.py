@@ -10,6 +10,7 @@ print on rank 0. This module must not import numpy.
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,3 +81,21 @@ def run_on_ranks(threads, fn, *args):
     from .comm import run_threads  # numpy loads only after limit_blas_threads() has run
 
     return run_threads(threads, fn, *args)
+
+
+def run_on_mpi_ranks(n, module, *args, timeout=None):
+    """`mpiexec -n N python -m mpi4py -m MODULE ARGS...`, one BLAS thread per rank and this
+    checkout importable; returns the job's stdout. Benchmarks and the planner's calibration
+    launch their workers this way. A missing mpiexec or a failed job is a RuntimeError that
+    names the command and shows its error output."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise RuntimeError(f"no mpiexec next to {sys.executable} or on PATH (pip install mpich)")
+    command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", module, *map(str, args)]
+    checkout = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])))
+    env.update({var: "1" for var in BLAS_THREAD_VARS})
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr}")
+    return done.stdout

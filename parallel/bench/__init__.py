@@ -3,3 +3,16 @@
 A benchmark is any module in this folder with a `main(argv)`; the dispatcher
 lists them by scanning the folder, so adding one needs no registration.
 """
+import json
+
+RESULT = "bench-result "  # a worker rank prints its figures on one line with this prefix
+
+
+def report(figures):
+    """Print `figures` (JSON-able) for the launching process to collect."""
+    print(RESULT + json.dumps(figures), flush=True)
+
+
+def collect(stdout):
+    """Every figure a worker job reported, in order."""
+    return [json.loads(line[len(RESULT):]) for line in stdout.splitlines() if line.startswith(RESULT)]

@@ -11,11 +11,9 @@ and the bus bandwidth as nccl-tests defines it:
 busbw is what each rank's link carries, so it is comparable across n.
 """
 import argparse
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+
+from parallel.launch import run_on_mpi_ranks
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -32,17 +30,8 @@ def main(argv):
     args = parse(argv)
     if args.worker:
         return run_worker(args.max_mib * MIB)
-    from parallel.launch import find_mpiexec
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        print("allreduce benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
-        return 1
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     for n in args.ranks:
-        command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "allreduce",
-                   "--worker", "--max-mib", str(args.max_mib)]
-        subprocess.run(command, env=env, check=True)
+        print(run_on_mpi_ranks(n, "parallel.bench", "allreduce", "--worker", "--max-mib", args.max_mib), end="")
     return 0
 
 

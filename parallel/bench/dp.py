@@ -11,16 +11,13 @@ so n ranks process n times the tokens of one (weak scaling; perfect scaling = n�
     tokens/s   = ranks · batch · block / step time
 """
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+
+from parallel.bench import collect, report
+from parallel.launch import run_on_mpi_ranks
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
-RESULT = "dp-bench-result "
 
 
 def parse(argv):
@@ -37,23 +34,12 @@ def main(argv):
     args = parse(argv)
     if args.worker:
         return run_worker(args.steps, args.warmup, overlap=not args.no_overlap)
-    from parallel.launch import find_mpiexec
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        print("dp benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
-        return 1
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    env.update({var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel "
           f"(overlap {'off' if args.no_overlap else 'on'}); 1 BLAS thread per rank")
     results = []
     for n in args.ranks:
-        command = [mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "dp",
-                   "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        command += ["--no-overlap"] if args.no_overlap else []
-        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-        results.append(json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):]))
+        flags = ["--worker", "--steps", args.steps, "--warmup", args.warmup] + (["--no-overlap"] if args.no_overlap else [])
+        results += collect(run_on_mpi_ranks(n, "parallel.bench", "dp", *flags))
     print_table(results)
     return 0
 
@@ -95,5 +81,5 @@ def run_worker(steps, warmup, overlap):
     step_s = float(np.median(times))
     if group.rank == 0:
         tokens = group.size * BATCH * CONFIG["block_size"]
-        print(RESULT + json.dumps({"ranks": group.size, "step_s": step_s, "tokens_per_s": tokens / step_s}))
+        report({"ranks": group.size, "step_s": step_s, "tokens_per_s": tokens / step_s})
     return 0

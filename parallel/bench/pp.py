@@ -12,18 +12,15 @@ with one BLAS thread per rank, for gpipe, 1f1b and 1f1b with checkpointing.
     peak act.    most (micro-batch) graphs a stage held at once, and their bytes
 """
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+
+from parallel.bench import collect, report
+from parallel.launch import run_on_mpi_ranks
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH, RANKS = 8, 2
 VARIANTS = (("gpipe", "gpipe", False), ("1f1b", "1f1b", False), ("1f1b+ckpt", "1f1b", True))
 SHOWN = ("1f1b", 4)  # the case whose timeline is drawn
-RESULT = "pp-bench-result "
 
 
 def parse(argv):
@@ -40,24 +37,15 @@ def main(argv):
     args = parse(argv)
     if args.worker:
         return run_worker(args.microbatches, args.steps, args.warmup)
-    from parallel.launch import find_mpiexec
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        print("pp benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
-        return 1
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    env.update({var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     print(f"medium GPT {CONFIG}, global batch {BATCH}, float32, AdamW; pp = {RANKS} ranks under mpiexec, "
           f"1 BLAS thread per rank")
-    command = [mpiexec, "-n", str(RANKS), sys.executable, "-m", "mpi4py", "-m", "parallel.bench", "pp", "--worker",
-               "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--microbatches", *map(str, args.microbatches)]
-    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-    report = json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):])
-    print_table(report["rows"])
-    print(f"\ntimeline of {SHOWN[0]}, m = {SHOWN[1]} (one column = one median forward):")
-    print(report["timeline"])
+    out = run_on_mpi_ranks(RANKS, "parallel.bench", "pp", "--worker", "--steps", args.steps,
+                           "--warmup", args.warmup, "--microbatches", *args.microbatches)
+    (figures,) = collect(out)
+    print_table(figures["rows"])
+    if figures["timeline"]:  # drawn only when the shown case was among those run
+        print(f"\ntimeline of {SHOWN[0]}, m = {SHOWN[1]} (one column = one median forward):")
+        print(figures["timeline"])
     return 0
 
 
@@ -106,5 +94,5 @@ def run_worker(microbatches, steps, warmup):
                 slot = float(np.median([e.end - e.start for e in timeline.compute if e.kind == "forward"]))
                 shown = timeline.render(slot=slot)
     if group.rank == 0:
-        print(RESULT + json.dumps({"rows": rows, "timeline": shown}))
+        report({"rows": rows, "timeline": shown})
     return 0

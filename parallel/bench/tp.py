@@ -28,16 +28,13 @@ an all-gather or reduce-scatter (N = the whole, gathered array) (n−1)/n·N·w.
                   and 2 row-parallel biases (h each); ln_f (2h); the position table
 """
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+
+from parallel.bench import collect, report
+from parallel.launch import run_on_mpi_ranks
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
-RESULT = "tp-bench-result "
 LAYOUTS = {"1": (1, False), "2": (2, False), "2sp": (2, True)}
 
 
@@ -67,21 +64,11 @@ def main(argv):
     args = parse(argv)
     if args.worker:
         return run_worker(*LAYOUTS[args.worker], args.steps, args.warmup)
-    from parallel.launch import find_mpiexec
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        print("tp benchmark: no mpiexec next to this Python or on PATH (pip install mpich)", file=sys.stderr)
-        return 1
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    env.update({var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     print(f"medium GPT {CONFIG}, batch {BATCH}, float32, AdamW; 1 BLAS thread per rank")
     results = []
     for layout in args.layouts:
-        command = [mpiexec, "-n", str(LAYOUTS[layout][0]), sys.executable, "-m", "mpi4py", "-m", "parallel.bench",
-                   "tp", "--worker", layout, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-        results.append(json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):]))
+        results += collect(run_on_mpi_ranks(LAYOUTS[layout][0], "parallel.bench", "tp", "--worker", layout,
+                                            "--steps", args.steps, "--warmup", args.warmup))
     print_table(results)
     return 0
 
@@ -131,7 +118,7 @@ def run_worker(tp, sequence_parallel, steps, warmup):
     comm_bytes = sum(counts["bytes"] for counts in group.stats().values())
     group.all_reduce(times, op="max")
     if group.rank == 0:
-        print(RESULT + json.dumps({"tp": tp, "sp": sequence_parallel, "step_s": float(np.median(times)),
-                                   "param_bytes": sum(p.data.nbytes for p in model.parameters()),
-                                   "dense_bytes": dense_bytes, "comm_bytes": comm_bytes}))
+        report({"tp": tp, "sp": sequence_parallel, "step_s": float(np.median(times)),
+                "param_bytes": sum(p.data.nbytes for p in model.parameters()),
+                "dense_bytes": dense_bytes, "comm_bytes": comm_bytes})
     return 0

@@ -11,16 +11,15 @@ figures stay the laptop-cpu defaults (said so in the output and the profile).
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..launch import BLAS_THREAD_VARS, run_on_mpi_ranks
 from .profiles import cache_dir, packaged_profiles
 
-ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")}
+ONE_THREAD = {name: "1" for name in BLAS_THREAD_VARS}
 TIMEOUT_S = 60
 
 
@@ -79,11 +78,6 @@ def worker():
                           "bandwidth_gbps": bandwidth / 1e9}))
 
 
-def find_mpiexec():
-    beside = Path(sys.executable).with_name("mpiexec")
-    return str(beside) if beside.is_file() else shutil.which("mpiexec")
-
-
 def run_json(command):
     env = {**os.environ, **ONE_THREAD}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -95,16 +89,11 @@ def run_json(command):
 
 def measure():
     """(figures, note): MPI worker figures, or matmul only with a note saying why."""
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        note = "no mpiexec found: link figures are the laptop-cpu defaults"
-    else:
-        command = [mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m",
-                   "parallel.plan.calibrate", "--worker"]
-        try:
-            return run_json(command), "measured with 2 MPI ranks"
-        except (RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
-            note = f"MPI measurement failed, link figures are the laptop-cpu defaults: {error}"
+    try:
+        output = run_on_mpi_ranks(2, "parallel.plan.calibrate", "--worker", timeout=TIMEOUT_S)
+        return json.loads(output.strip().splitlines()[-1]), "measured with 2 MPI ranks"
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
+        note = f"MPI measurement failed, link figures are the laptop-cpu defaults: {error}"
     print(f"WARNING: {note}", file=sys.stderr)
     return run_json([sys.executable, "-m", "parallel.plan.calibrate", "--matmul"]), note
 

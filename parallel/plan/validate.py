@@ -21,8 +21,6 @@ also predicts with that profile. This is a report, not a timed test.
 import argparse
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 import time
 
@@ -36,7 +34,7 @@ from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from ..pipeline.gather import all_gather_ragged
 from ..pipeline.partition import balance_by_parameters
-from .calibrate import ONE_THREAD, find_mpiexec
+from ..launch import run_on_mpi_ranks
 from .cost import estimate
 from .layout import Layout
 from .memory import param_bytes_per_rank
@@ -128,17 +126,13 @@ def merge_sweeps(lines):
 
 
 def measure(config_name, batch, microbatches, steps, repeats, timeout):
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        raise SystemExit("python -m parallel.plan.validate needs mpiexec (pip install mpich)")
-    command = [mpiexec, "-n", str(RANKS), sys.executable, "-m", "mpi4py", "-m", "parallel.plan.validate",
-               "--worker", "--config", config_name, "--batch", str(batch), "--microbatches", str(microbatches),
-               "--steps", str(steps), "--repeats", str(repeats)]
-    done = subprocess.run(command, env={**os.environ, **ONE_THREAD}, capture_output=True, text=True,
-                          timeout=timeout)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr}")
-    return merge_sweeps([json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")])
+    try:
+        output = run_on_mpi_ranks(RANKS, "parallel.plan.validate", "--worker", "--config", config_name,
+                                  "--batch", batch, "--microbatches", microbatches, "--steps", steps,
+                                  "--repeats", repeats, timeout=timeout)
+    except RuntimeError as error:
+        raise SystemExit(f"python -m parallel.plan.validate: {error}") from None
+    return merge_sweeps([json.loads(line) for line in output.splitlines() if line.startswith("{")])
 
 
 def ranks(values):

@@ -1,7 +1,8 @@
 """The calibration worker under real mpiexec: 2 ranks, parallel.world() ping-pong."""
 import pytest
 
-from parallel.plan.calibrate import find_mpiexec, measure
+from parallel.launch import find_mpiexec
+from parallel.plan.calibrate import measure
 
 
 def test_mpi_worker_measures_latency_and_bandwidth():
