@@ -34,20 +34,26 @@ requires_mpiexec = pytest.mark.skipif(
 
 def run_mpi(n, args, timeout=60, check=True):
     command = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", *map(str, args)]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    return run_command(command, timeout, check, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+
+
+def run_command(command, timeout, check=True, env=None, cwd=None):
+    """Run `command` with this checkout first on PYTHONPATH. A timeout kills the whole
+    process group and fails the test; so does a non-zero exit when `check`."""
+    env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
     # A session of its own, so that a timeout can kill mpiexec and every rank it started.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, start_new_session=True)
+                               env=env, cwd=cwd, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        pytest.fail(f"{' '.join(command)} did not finish within {timeout} s\n"
+        pytest.fail(f"{' '.join(map(str, command))} did not finish within {timeout} s\n"
                     f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
     result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
-        pytest.fail(f"{' '.join(command)} exited with {result.returncode}\n"
+        pytest.fail(f"{' '.join(map(str, command))} exited with {result.returncode}\n"
                     f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
     return result

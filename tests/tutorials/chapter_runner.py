@@ -18,14 +18,12 @@ separators allowed: "1,280,000").
 """
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mpi_launch import MPIEXEC, REPO, run_mpi
+from mpi_launch import MPIEXEC, REPO, run_command, run_mpi
 
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # 1,234.5 too
 
@@ -44,20 +42,7 @@ def run_script(path, *args, timeout=120, mpi_ranks=None, threads=None):
 def _run_python(command, timeout):
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")  # as run_mpi does: tests share the cores with other tests
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, cwd=REPO, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"{' '.join(command)} did not finish within {timeout} s\n"
-                    f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
-    if process.returncode != 0:
-        pytest.fail(f"{' '.join(command)} exited with {process.returncode}\n"
-                    f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}")
-    return stdout
+    return run_command(command, timeout, env=env, cwd=REPO).stdout
 
 
 def numbers_after(label, text):
