@@ -23,7 +23,7 @@ QUESTIONS = [
     ("a published large model: GPT-3 175B on 1024 A100-80GB, global batch 1536",
      ["--config", "gpt3-175b", "--devices", "1024", "--device", "a100-80gb", "--batch", "1536", "--explain", "1"]),
 ]
-PUBLISHED = dict(dp=16, tp=8, pp=8)     # Narayanan et al. 2021, GPT-3 175B on 1024 GPUs
+PUBLISHED = dict(dp=16, tp=8, pp=8)  # Megatron-style: tp within a node, pp across (Narayanan et al. 2021)
 
 
 def published_layout():
