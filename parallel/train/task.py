@@ -27,7 +27,7 @@ def task_defaults(args):
             raise ValueError("--block-size applies to --data; the addition task's length is 3·digits + 2 "
                              "(set --digits)")
         digits = args.digits if args.digits is not None else defaults["digits"]
-        defaults["block_size"] = 3 * digits + 2
+        defaults["block_size"] = AdditionTask(digits).block_size
     return defaults
 
 
