@@ -15,7 +15,7 @@ loading layout never has to resemble the saving one.
 """
 import numpy as np
 
-from ..tensor_parallel.sharding import shard
+from ..tensor_parallel.sharding import is_sharded, shard, trim
 from .files import CheckpointError
 
 
@@ -50,13 +50,13 @@ def dense(entry, kind, name, read):
     tp_ranks = sorted(by_tp)
     if tp_ranks != list(range(len(tp_ranks))):
         raise CheckpointError(f"'{name}' is sharded over tp, but the checkpoint holds tp pieces {tp_ranks}")
-    full = np.concatenate([local_array(by_tp[t], kind, name, read) for t in tp_ranks], axis=entry["tp_axis"])
-    return np.ascontiguousarray(full[tuple(slice(0, n) for n in entry["full_shape"])])
+    joined = np.concatenate([local_array(by_tp[t], kind, name, read) for t in tp_ranks], axis=entry["tp_axis"])
+    return trim(joined, entry["full_shape"])
 
 
 def local_piece(full, param, tp_group):
     """This rank's block of the dense `full` for `param` (the param's own tp layout)."""
-    if not hasattr(param, "tp_axis"):
+    if not is_sharded(param):
         return full
     return shard(full, param.tp_axis, tp_group, param.shape[param.tp_axis] * tp_group.size)
 

@@ -43,10 +43,14 @@ def sharded_parameter(full, axis, group, padded_length=None):
     return p
 
 
+def trim(padded, full_shape):
+    """Drop the padding rows (a vocabulary tp does not divide) of joined shards."""
+    return np.ascontiguousarray(padded[tuple(slice(0, n) for n in full_shape)])
+
+
 def gather(local, axis, full_shape, group):
     """The dense array from every rank's shard: all-gather along `axis`, trim the padding."""
-    full = group.all_gather(np.ascontiguousarray(local), axis=axis)
-    return np.ascontiguousarray(full[tuple(slice(0, n) for n in full_shape)])
+    return trim(group.all_gather(np.ascontiguousarray(local), axis=axis), full_shape)
 
 
 def is_sharded(p):
