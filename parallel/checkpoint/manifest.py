@@ -22,16 +22,9 @@ import json
 
 import numpy as np
 
-from ..pipeline.gather import all_gather_ragged
 from .files import MANIFEST, CheckpointError, sha256_of
 
 FORMAT, VERSION = "minitensor-parallel-checkpoint", 1
-
-
-def all_gather_json(group, value):
-    """Every rank's JSON-able `value`, as a list in rank order (collective)."""
-    raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8).astype(np.int32)
-    return [json.loads(row.astype(np.uint8).tobytes()) for row in all_gather_ragged(group, raw)]
 
 
 def rank_record(path, rank, coords, params, moments):

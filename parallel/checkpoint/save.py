@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ..mesh import Mesh
+from ..pipeline.gather import all_gather_json
 from .files import MANIFEST, CheckpointError, begin_save, commit_save, shard_name, step_name, write_durably
-from .manifest import all_gather_json, build_manifest, rank_record
+from .manifest import build_manifest, rank_record
 from .reshard import key
 from .state import MOMENTS, moments_by_name, named_parameters, optimizer_type, rng_state_json
 

@@ -36,10 +36,10 @@ from minitensor.checkpoint import checkpoint as checkpointed
 from minitensor.tensor import Tensor
 
 from ..comm.group import TAG_UB
-from .gather import all_gather_ragged, gather_named_arrays
+from .gather import all_gather_events, gather_named_arrays
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
-from .schedules import KINDS, get_schedule, stage_of
+from .schedules import get_schedule, stage_of
 from .timeline import Event, Timeline, bubble_theory
 
 
@@ -144,12 +144,7 @@ class Pipeline:
 
     def timeline(self):
         """Collective: the last step's events of every rank, as a Timeline."""
-        rows = np.array([[e.rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
-                         for e in self.events], dtype=np.float64).reshape(-1)
-        events = [Event(int(r), KINDS[int(k)], int(mb), int(c), s, e)
-                  for flat in all_gather_ragged(self.group, rows)
-                  for r, k, mb, c, s, e in flat.reshape(-1, 6)]
-        return Timeline(events, num_ranks=self.p)
+        return Timeline(all_gather_events(self.group, self.events), num_ranks=self.p)
 
     def bubble(self):
         """Collective: (measured, theoretical) bubble fraction of the last step."""

@@ -7,9 +7,13 @@ model. Only buffer collectives are used: the names, dtypes and shapes travel as 
 int64 "header" (a name as its UTF-8 bytes), then the values as one flat buffer per
 dtype. Variable lengths are handled by gathering the lengths first and padding.
 """
+import json
+
 import numpy as np
 
 from ..comm.group import SUPPORTED_DTYPES
+from .schedules import KINDS
+from .timeline import Event
 
 
 def all_gather_ragged(group, flat):
@@ -22,6 +26,21 @@ def all_gather_ragged(group, flat):
     padded[0, :flat.size] = flat
     rows = group.all_gather(padded)
     return [rows[r, :n] for r, n in enumerate(lengths)]
+
+
+def all_gather_json(group, value):
+    """Every rank's JSON-able `value`, as a list in rank order (its UTF-8 bytes travel as numbers)."""
+    raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8).astype(np.int32)
+    return [json.loads(row.astype(np.uint8).tobytes()) for row in all_gather_ragged(group, raw)]
+
+
+def all_gather_events(group, events, rank=None):
+    """Every rank's timeline events, on every rank; each labelled with `rank` when given
+    (e.g. the world rank), else with its own `Event.rank`. Six numbers travel per event."""
+    rows = np.array([[e.rank if rank is None else rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
+                     for e in events], dtype=np.float64).reshape(-1)
+    return [Event(int(r), KINDS[int(k)], int(mb), int(c), start, end)
+            for flat in all_gather_ragged(group, rows) for r, k, mb, c, start, end in flat.reshape(-1, 6)]
 
 
 def _encode_header(named):

@@ -5,9 +5,8 @@ import os
 import numpy as np
 
 from ..launch import launch_report
-from ..pipeline.gather import all_gather_ragged
-from ..pipeline.schedules import KINDS
-from ..pipeline.timeline import Event, Timeline
+from ..pipeline.gather import all_gather_events
+from ..pipeline.timeline import Timeline
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
@@ -103,9 +102,6 @@ def communication_table(stats, group):
 def save_trace(model, group, path):
     """Chrome trace of the last step's pipeline actions of EVERY rank, one process per world
     rank (collective over `group`, the world). Each pp group has its own time origin."""
-    rows = np.array([[group.rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
-                     for e in model.pipeline.events], dtype=np.float64).reshape(-1)
-    events = [Event(int(r), KINDS[int(k)], int(mb), int(c), s, e)
-              for flat in all_gather_ragged(group, rows) for r, k, mb, c, s, e in flat.reshape(-1, 6)]
+    events = all_gather_events(group, model.pipeline.events, rank=group.rank)
     if group.rank == 0:
         Timeline(events, num_ranks=group.size).save_chrome_trace(path)

@@ -21,6 +21,7 @@ from minitensor.models import GPT, GPTConfig
 from parallel import Mesh
 from parallel.hybrid import HybridGPT
 from parallel.launch import rank_arguments, run_on_ranks
+from parallel.pipeline.gather import all_gather_json
 
 CONFIG = GPTConfig(vocab_size=32, block_size=8, n_layer=4, n_head=4, d_model=16)
 BATCH, SEQ, M = 16, 8, 2       # global batch, sequence length, micro-batches per dp rank
@@ -50,7 +51,7 @@ def parameter_report(model, mesh, dense_count, say):
     shards = ", ".join("{} {} of {}".format(name, *shard_shape(model, name)) for name in names)
     line = (f"  rank {world.rank} (dp {mesh.dp_rank}, tp {mesh.tp_rank}, pp {mesh.pp_rank}) stage {stage}: "
             f"{parts}: {model.num_parameters():,} parameters; {shards}")
-    for text in gather_lines(world, line):
+    for text in all_gather_json(world, line):
         say(text)
     # A replica is the tp × pp ranks of one dp index: the sharded parameters once, the replicated tp times.
     replicated = sum(p.size for p in model.parameters() if not hasattr(p, "tp_axis"))
@@ -60,13 +61,6 @@ def parameter_report(model, mesh, dense_count, say):
     say(f"\none replica (the {mesh.tp * mesh.pp} ranks of dp 0) holds {replica_total:,} parameters; "
         f"formula: dense {dense_count:,} + (tp-1) x replicated {replicated_total:,} = "
         f"{dense_count + (mesh.tp - 1) * replicated_total:,}")
-
-
-def gather_lines(group, line, width=240):
-    """Every rank's text line, on every rank (the buffer collectives carry numbers, so: bytes)."""
-    codes = np.frombuffer(line.encode().ljust(width)[:width], dtype=np.uint8).astype(np.int64)
-    rows = group.all_gather(codes[None, :], axis=0)
-    return [bytes(row.astype(np.uint8).tolist()).decode().rstrip() for row in rows]
 
 
 def expected_counts(model, mesh):
@@ -129,7 +123,7 @@ def main(dp, tp, pp):
             lines.append(f"  {key[0]} {key[1]:<11} counted {calls:>3} calls {elements:>6} elements {nbytes:>7} bytes"
                          f" | formula {expected[key][0]:>3} calls {expected[key][1]:>6} elements")
         text = "\n".join(lines) if world.rank == shown else ""
-        say(gather_lines(world, text, width=1200)[shown])
+        say(all_gather_json(world, text)[shown])
     agree = world.all_reduce(np.array([int(matches)], dtype=np.int64))[0]
     say(f"\nranks whose counts equal the formula: {int(agree)} of {world.size}")
 
