@@ -7,16 +7,16 @@ from .comm import Group, run_threads, world  # noqa: E402
 from .mesh import Mesh  # noqa: E402
 from .tensor_parallel import (  # noqa: E402
     ColumnParallelLinear, ParallelBlock, ParallelMLP, ParallelSelfAttention, RowParallelLinear, TensorParallelGPT,
-    VocabParallelEmbedding, tensor_parallel_gpt, vocab_parallel_cross_entropy,
+    TensorParallelStage, VocabParallelEmbedding, vocab_parallel_cross_entropy,
 )
 from .data_parallel import DataParallel  # noqa: E402
 from .zero import ZeroOptimizer  # noqa: E402
 from .pipeline import Pipeline, PipelineStage  # noqa: E402
-from .hybrid import HybridGPT, TensorParallelStage  # noqa: E402
+from .hybrid import HybridGPT  # noqa: E402
 
 __all__ = ["Group", "run_threads", "world", "Mesh"]
 __all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",
-            "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "tensor_parallel_gpt"]
+            "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "TensorParallelStage"]
 __all__ += ["DataParallel", "ZeroOptimizer"]
 __all__ += ["Pipeline", "PipelineStage"]
-__all__ += ["HybridGPT", "TensorParallelStage"]
+__all__ += ["HybridGPT"]

@@ -49,62 +49,16 @@ How `DataParallel` does it, the way PyTorch's DDP does:
 """
 import contextlib
 
-import numpy as np
-
 from minitensor.autograd import is_grad_enabled, topological_order
 from minitensor.tensor import Tensor
 
-MIB = 2**20
+from .reducer import Reducer
 
 
 def broadcast_parameters(params, group, root=0):
     """Copy rank `root`'s value of every parameter into every rank's, in place."""
     for p in params:
         group.broadcast(p.data, root)
-
-
-def assign_buckets(params, bucket_bytes):
-    """Cut `params` (already in reverse order) into lists of at most `bucket_bytes` bytes each.
-
-    A new bucket also starts when the dtype changes: one flat buffer holds one dtype.
-    """
-    buckets, current, size = [], [], 0
-    for p in params:
-        if current and (size + p.data.nbytes > bucket_bytes or p.dtype != current[0].dtype):
-            buckets.append(current)
-            current, size = [], 0
-        current.append(p)
-        size += p.data.nbytes
-    return buckets + [current] if current else buckets
-
-
-class Bucket:
-    """Parameters whose gradients are averaged together through one flat buffer."""
-
-    def __init__(self, params):
-        self.params = params
-        ends = np.cumsum([p.size for p in params])
-        self.slices = [slice(end - p.size, end) for p, end in zip(params, ends)]
-        self.buffer = np.empty(int(ends[-1]), params[0].dtype)
-        self.ready = set()  # ids of the parameters whose gradient is final for this step
-        self.request = None  # the all-reduce in flight
-
-    def is_ready(self):
-        return len(self.ready) == len(self.params)
-
-    def pack(self):
-        """Copy the gradients into the flat buffer (no gradient counts as zeros)."""
-        for p, where in zip(self.params, self.slices):
-            self.buffer[where] = 0 if p.grad is None else p.grad.reshape(-1)
-
-    def unpack(self, divisor):
-        """Write buffer / divisor back into each `.grad` (in place when there is one)."""
-        for p, where in zip(self.params, self.slices):
-            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
-
-    def reset(self):
-        self.ready.clear()
-        self.request = None
 
 
 def output_tensors(output):
@@ -133,12 +87,12 @@ class DataParallel:
         broadcast_parameters(module.parameters(), group)
         self.names = {id(p): name for name, p in module.named_parameters()}
         trainable = [p for p in module.parameters() if p.requires_grad]
-        self.buckets = [Bucket(ps) for ps in assign_buckets(trainable[::-1], bucket_mb * MIB)]
-        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.reducer = Reducer(trainable[::-1], group, bucket_mb)
+        self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
+        self.ready = [set() for _ in self.buckets]  # per bucket: ids of the parameters whose gradient is final
         self.sync_enabled = True  # False inside no_sync()
         self.require_sync = False  # the last forward ran outside no_sync(): its backward syncs
         self.synced = True  # averaged, and no forward or no_sync() block began since
-        self.next_to_start = 0  # buckets [0, next_to_start) have their all-reduce started
         self.waiting_for = len(trainable)  # parameters not yet ready this step
         self.unused = []  # parameters the last forward's output does not reach, not yet marked ready
         self.unused_ids = set()  # all of them, to catch a gradient that reaches one anyway
@@ -149,6 +103,11 @@ class DataParallel:
         if name == "module":
             raise AttributeError(name)
         return getattr(self.module, name)
+
+    @property
+    def buckets(self):
+        """The reducer's buckets; bucket 0 (the last parameters registered) starts first."""
+        return self.reducer.buckets
 
     def forward(self, *args, **kwargs):
         if self.waiting_for < len(self.bucket_of):
@@ -205,26 +164,25 @@ class DataParallel:
             self.mark_ready(q)
 
     def mark_ready(self, p):
-        bucket = self.bucket_of[id(p)]
-        if id(p) in bucket.ready:
+        ready = self.ready[self.bucket_of[id(p)]]
+        if id(p) in ready:
             raise RuntimeError(f"DataParallel: parameter '{self.names[id(p)]}' got two gradients in one step "
                                f"(two backward passes without finish_grad_sync() in between)")
-        bucket.ready.add(id(p))
+        ready.add(id(p))
         self.waiting_for -= 1
         if self.overlap:
             self.start_ready_buckets()
         if self.waiting_for == 0:
             self.reduce_buckets()
 
-    def start_ready_buckets(self, all_of_them=False):
+    def start_ready_buckets(self):
         """Start the all-reduce of each next bucket, in index order, while it is ready."""
-        while self.next_to_start < len(self.buckets):
-            bucket = self.buckets[self.next_to_start]
-            if not (all_of_them or bucket.is_ready()):
-                return
-            bucket.pack()
-            bucket.request = self.group.all_reduce(bucket.buffer, async_op=True)
-            self.next_to_start += 1
+        while self.reducer.started < len(self.buckets) and self.is_ready(self.reducer.started):
+            self.reducer.start_next()
+
+    def is_ready(self, bucket):
+        """Every parameter of bucket number `bucket` has its final gradient."""
+        return len(self.ready[bucket]) == len(self.buckets[bucket].params)
 
     def finish_grad_sync(self):
         """Average every gradient accumulated since the last sync over the group.
@@ -245,9 +203,7 @@ class DataParallel:
 
         The forward's record stays: a gradient that reaches an unused parameter later
         in the same backward is still caught."""
-        self.start_ready_buckets(all_of_them=True)
-        for bucket in self.buckets:
-            bucket.request.wait()
-            bucket.unpack(self.group.size)
-            bucket.reset()
-        self.next_to_start, self.waiting_for, self.synced = 0, len(self.bucket_of), True
+        self.reducer.finish()
+        for ready in self.ready:
+            ready.clear()
+        self.waiting_for, self.synced = len(self.bucket_of), True

@@ -10,69 +10,29 @@
         ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
-mechanism: a `TensorParallelStage` is a `PipelineStage` whose parts went through the
-per-part TP conversion; `Pipeline` runs those stages over the pp group; `DataParallel`
-(inside `no_sync`, finished once after the schedule) or `ZeroOptimizer` spans the dp group.
+mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
+pipeline stages, `TensorParallelStage` converts each over the tp group, `Pipeline` runs
+them over the pp group, and the gradient `Reducer` (or `ZeroOptimizer`) spans the dp group.
 
 Gradient accumulation: `train_step` ADDS the gradient of one global batch to `.grad`;
 `optimizer_step()` first finishes the sync (dividing by the number of accumulated
 batches, so the step sees the gradient of their mean loss), then steps and zeroes.
 """
-import contextlib
-
 import numpy as np
 
-from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
 
-from .data_parallel import DataParallel
+from .comm.gather import gather_named_arrays
+from .data_parallel import broadcast_parameters
+from .model import ParallelModel
 from .pipeline.executor import Pipeline
-from .pipeline.gather import gather_named_arrays
-from .pipeline.partition import balance_by_parameters, block_ranges, check_balance
-from .pipeline.schedules import stage_of
-from .pipeline.stage import PipelineStage
-from .tensor_parallel import (TensorParallelRNG, parallel_embed, parallel_head, tensor_parallel_block,
-                              tensor_parallel_embedding, tensor_parallel_head)
-from .tensor_parallel.sharding import all_reduce_partial_grads, full_grads, full_state_dict, load_full_state_dict
+from .pipeline.partition import stages_for_rank
+from .reducer import Reducer
+from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
 
-COMM_GROUPS = ("dp", "tp", "pp")
 
-
-class TensorParallelStage(PipelineStage):
-    """Pipeline stage `stage` of `num_stages` with every part converted to TP over `group`.
-
-    Same names as the dense stage (`blocks.{global index}.*`); sharded parameters carry
-    `tp_axis` and `full_shape`. Under sequence parallelism the activation passed between
-    stages is this tp rank's slice of the sequence, (B, T/tp, C)."""
-
-    embed = parallel_embed
-    head = parallel_head
-
-    def __init__(self, model, block_range, stage, num_stages, group, sequence_parallel=False, seed=0):
-        super().__init__(model, block_range, stage, num_stages)
-        self.group, self.sequence_parallel = group, sequence_parallel
-        self.rng = TensorParallelRNG(seed + stage, group.rank)  # dropout streams of this stage
-        if self.is_first:
-            for name, part in tensor_parallel_embedding(model, group, self.rng, sequence_parallel).items():
-                setattr(self, name, part)
-        for index in block_range:
-            self.blocks[index] = tensor_parallel_block(model.blocks[index], group, self.rng, sequence_parallel)
-        if self.is_last:
-            for name, part in tensor_parallel_head(model, group, sequence_parallel).items():
-                setattr(self, name, part)
-        self.train(model.training)
-
-    def generators(self):
-        return self.rng.generators()
-
-    def activation_shape(self, batch, seq_len):
-        if self.sequence_parallel:
-            seq_len //= self.group.size
-        return (batch, seq_len, self.config.d_model)
-
-
-class HybridGPT:
+class HybridGPT(ParallelModel):
     """This rank's part of `gpt` under the 3D layout `mesh` (every rank passes the same dense GPT).
 
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b" or
@@ -89,19 +49,25 @@ class HybridGPT:
         self.config, self.mesh, self.zero = config, mesh, zero
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.dense_names = [name for name, _ in gpt.named_parameters()]
-        num_stages = mesh.pp * chunks
-        balance = balance_by_parameters(gpt, num_stages) if balance is None else list(balance)
-        check_balance(balance, config.n_layer, num_stages)
-        ranges = block_ranges(balance)
-        self.stage_ids = [stage_of(mesh.pp_rank, chunk, mesh.pp) for chunk in range(chunks)]
-        self.stages = [TensorParallelStage(gpt, ranges[s], s, num_stages, mesh.tp_group, sequence_parallel, seed)
-                       for s in self.stage_ids]
+        dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
+        self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed) for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
-        # Under ZeRO the optimizer owns the dp communication (ZeroOptimizer docstring).
-        self.data_parallel = None if zero else DataParallel(self.pipeline, mesh.dp_group)
+        # The dp mean goes through the reducer's buckets, last parameters first; under ZeRO
+        # the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
+        self.dp_reducer = None
+        if not zero:
+            broadcast_parameters(self.parameters(), mesh.dp_group)  # the replicas start as one model
+            trainable = [p for p in self.parameters() if p.requires_grad]
+            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
+
+    def layout(self):
+        return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, "microbatches": self.microbatches,
+                "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
+                "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
+                "zero": self.zero}
 
     # --- parameters --------------------------------------------------------------
 
@@ -109,11 +75,8 @@ class HybridGPT:
         """This rank's parameters under single-device names (shards carry tp_axis, full_shape)."""
         return self.pipeline.named_parameters()
 
-    def parameters(self):
-        return self.pipeline.parameters()
-
-    def num_parameters(self):
-        return sum(p.size for p in self.parameters())
+    def named_modules(self):
+        return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
 
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         """AdamW on this rank's parameters, or ZeRO-1 AdamW sharded over dp; kept as `self.optimizer`."""
@@ -141,9 +104,6 @@ class HybridGPT:
         rows = slice(self.mesh.dp_rank * batch // dp, (self.mesh.dp_rank + 1) * batch // dp)
         return idx[rows], targets[rows]
 
-    def no_sync(self):
-        return contextlib.nullcontext() if self.data_parallel is None else self.data_parallel.no_sync()
-
     def train_step(self, idx, targets):
         """Forward and backward of one global batch (B, T); its gradient ADDS to `.grad`.
         Returns the mean loss over the global batch, on every rank."""
@@ -151,8 +111,7 @@ class HybridGPT:
             raise RuntimeError("train_step after the gradients were synced: call optimizer_step() or "
                                "zero_grad() before accumulating more")
         idx, targets = self.local_batch(idx, targets)
-        with self.no_sync():
-            loss = self.pipeline.train_step(idx, targets, zero_grad=False)
+        loss = self.pipeline.train_step(idx, targets, zero_grad=False)
         self.accumulated += 1
         return float(self.mesh.dp_group.all_reduce(np.array([loss]))[0]) / self.mesh.dp
 
@@ -162,13 +121,13 @@ class HybridGPT:
         if self.synced or not self.accumulated:
             return
         for stage in self.stages:
-            all_reduce_partial_grads(stage, self.mesh.tp_group)
+            stage.finish_grad_sync()
         if self.accumulated > 1:
             for p in self.parameters():
                 if p.grad is not None:
                     p.grad /= self.accumulated
-        if self.data_parallel is not None:
-            self.data_parallel.finish_grad_sync()
+        if self.dp_reducer is not None:
+            self.dp_reducer.finish()
         self.synced = True
 
     def optimizer_step(self):
@@ -193,7 +152,7 @@ class HybridGPT:
     def full_state_dict(self):
         local = {}
         for stage in self.stages:
-            local.update(full_state_dict(stage, self.mesh.tp_group))
+            local.update(stage.full_state_dict())
         return self._merge(local)
 
     def full_grads(self):
@@ -202,7 +161,7 @@ class HybridGPT:
         self.finish_grad_sync()
         local = {}
         for stage in self.stages:
-            local.update(full_grads(stage, self.mesh.tp_group))
+            local.update(stage.full_grads())
         if self.zero:
             local = {name: self.mesh.dp_group.all_reduce(g) / self.mesh.dp for name, g in local.items()}
         return self._merge(local)
@@ -214,14 +173,10 @@ class HybridGPT:
             raise KeyError(f"load_full_state_dict: missing keys {missing}")
         for stage in self.stages:
             names = [name for name, _ in stage.named_parameters()]
-            load_full_state_dict(stage, self.mesh.tp_group, {name: state[name] for name in names})
+            stage.load_full_state_dict({name: state[name] for name in names})
 
-    def dense_gpt(self):
-        """A single-device GPT holding the gathered parameters (on every rank)."""
-        dtype = self.parameters()[0].dtype
-        model = GPT(self.config, dtype=dtype)
-        model.load_state_dict(self.full_state_dict())
-        return model.eval()
+    def events(self):
+        return self.pipeline.events
 
     # --- what the layout costs -------------------------------------------------------
 

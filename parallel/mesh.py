@@ -28,6 +28,11 @@ def rank_of(dp_rank, tp_rank, pp_rank, dp, tp):
     return pp_rank * (dp * tp) + dp_rank * tp + tp_rank
 
 
+def coords_of(rank, dp, tp):
+    """The grid position (dp_rank, tp_rank, pp_rank) of a world rank: rank_of's inverse."""
+    return MeshCoords(dp=rank // tp % dp, tp=rank % tp, pp=rank // (tp * dp))
+
+
 class Mesh:
     def __init__(self, dp=1, tp=1, pp=1, world=None):
         world = current_world() if world is None else world
@@ -38,10 +43,7 @@ class Mesh:
             raise ValueError(f"Mesh: dp={dp} x tp={tp} x pp={pp} = {dp * tp * pp} ranks, "
                              f"but the world has {world.size}")
         self.world, self.dp, self.tp, self.pp = world, dp, tp, pp
-        rank = world.rank
-        self.tp_rank = rank % tp
-        self.dp_rank = rank // tp % dp
-        self.pp_rank = rank // (tp * dp)
+        self.dp_rank, self.tp_rank, self.pp_rank = coords_of(world.rank, dp, tp)
         # Ranks that share the other two coordinates form the group of an axis.
         self.tp_group = world.split(color=self.pp_rank * dp + self.dp_rank, key=self.tp_rank)
         self.dp_group = world.split(color=self.pp_rank * tp + self.tp_rank, key=self.dp_rank)
@@ -50,6 +52,10 @@ class Mesh:
     @property
     def coords(self):
         return MeshCoords(self.dp_rank, self.tp_rank, self.pp_rank)
+
+    def sizes(self):
+        """{"dp": .., "tp": .., "pp": ..}: the mesh's shape."""
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp}
 
     def rank_of(self, dp_rank, tp_rank, pp_rank):
         return rank_of(dp_rank, tp_rank, pp_rank, self.dp, self.tp)

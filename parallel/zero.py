@@ -27,21 +27,7 @@ import numpy as np
 from minitensor.optim import Optimizer, adamw_update
 
 from .data_parallel import broadcast_parameters
-
-
-def flatten(arrays, length):
-    """The arrays' elements end to end in one new vector of `length` (the tail zero-padded)."""
-    flat = np.zeros(length, arrays[0].dtype)
-    np.concatenate([a.reshape(-1) for a in arrays], out=flat[:sum(a.size for a in arrays)])
-    return flat
-
-
-def unflatten_into(flat, arrays):
-    """Copy consecutive pieces of `flat` into `arrays`, in place (the inverse of flatten)."""
-    start = 0
-    for a in arrays:
-        a[...] = flat[start:start + a.size].reshape(a.shape)
-        start += a.size
+from .reducer import Bucket
 
 
 class ZeroOptimizer(Optimizer):
@@ -58,6 +44,7 @@ class ZeroOptimizer(Optimizer):
         self.numel = sum(p.size for p in self.flat_params)
         self.shard_size = -(-self.numel // group.size)  # ceil: the last chunk carries the padding
         self.start = group.rank * self.shard_size
+        self.bucket = Bucket(self.flat_params, length=self.shard_size * group.size)  # n equal chunks
         dtype = self.flat_params[0].dtype
         self.step_count = 0
         self.exp_avg = np.zeros(self.shard_size, dtype)
@@ -70,16 +57,14 @@ class ZeroOptimizer(Optimizer):
         return self.start, min(self.start + self.shard_size, self.numel)
 
     def step(self):
-        n, padded = self.group.size, self.shard_size * self.group.size
-        grads = flatten([p.grad if p.grad is not None else np.zeros(p.shape, p.dtype) for p in self.flat_params],
-                        padded)
-        self.grad_shard = self.group.reduce_scatter(grads) / n
-        param_shard = flatten([p.data for p in self.flat_params], padded)[self.start:self.start + self.shard_size]
+        mine = slice(self.start, self.start + self.shard_size)
+        self.grad_shard = self.group.reduce_scatter(self.bucket.pack()) / self.group.size
+        param_shard = self.bucket.pack_values()[mine].copy()
         self.step_count += 1
         d = self.defaults
         adamw_update(param_shard, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
                      *d["betas"], d["eps"], d["weight_decay"])
-        unflatten_into(self.group.all_gather(param_shard), [p.data for p in self.flat_params])
+        self.bucket.unpack_values(self.group.all_gather(param_shard))
 
     def state_bytes(self):
         """Bytes of optimizer state on THIS rank: ≈ AdamW.state_bytes() / group size."""

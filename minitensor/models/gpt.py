@@ -7,7 +7,7 @@ every parallel layout is checked against.
 Parameter names (`blocks.0.attn.q.weight`, ...) are the public checkpoint format.
 """
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,9 +35,6 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
         if self.d_model % self.n_head:
             raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
-
-    def to_dict(self):
-        return asdict(self)
 
 
 def split_heads(x, n_head):
@@ -100,7 +97,34 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPTEnds:
+    """The two ends of a GPT, for any module that holds its parts under the GPT's names:
+    `embed` (tok_emb, pos_emb, drop) and `head` (ln_f, lm_head, the loss). The GPT below
+    and every pipeline stage of it inherit them; a tensor-parallel stage overrides only
+    `positions` (its slice of the sequence) and `loss` (over a vocabulary split in shards)."""
+
+    def embed(self, idx):
+        """Token + position embeddings of integer `idx` (B, T), then dropout."""
+        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
+        t = idx.shape[-1]
+        if t > self.config.block_size:
+            raise ValueError(f"GPT: sequence length {t} exceeds block_size {self.config.block_size}")
+        return self.drop(self.tok_emb(idx) + self.pos_emb(self.positions(t)))
+
+    def positions(self, t):
+        """The positions whose embeddings are added: all of 0 .. t-1."""
+        return np.arange(t)
+
+    def head(self, x, targets=None):
+        """Final LayerNorm and lm_head; with targets, also the mean cross-entropy."""
+        logits = self.lm_head(self.ln_f(x))
+        return logits, (self.loss(logits, targets) if targets is not None else None)
+
+    def loss(self, logits, targets):
+        return F.cross_entropy(logits, targets)
+
+
+class GPT(GPTEnds, nn.Module):
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         super().__init__()
         self.config = config
@@ -122,19 +146,6 @@ class GPT(nn.Module):
             elif name.endswith("weight") and ".ln_" not in name and not name.startswith("ln_"):
                 std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
                 p.data[...] = rng.standard_normal(p.shape) * std
-
-    def embed(self, idx):
-        """Token + position embeddings of integer `idx` (B, T), then dropout."""
-        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
-        t = idx.shape[-1]
-        if t > self.config.block_size:
-            raise ValueError(f"GPT: sequence length {t} exceeds block_size {self.config.block_size}")
-        return self.drop(self.tok_emb(idx) + self.pos_emb(np.arange(t)))
-
-    def head(self, x, targets=None):
-        """Final LayerNorm and lm_head; with targets, also the mean cross-entropy."""
-        logits = self.lm_head(self.ln_f(x))
-        return logits, (F.cross_entropy(logits, targets) if targets is not None else None)
 
     def forward(self, idx, targets=None):
         x = self.embed(idx)

@@ -98,7 +98,7 @@ def run_worker(tp, sequence_parallel, steps, warmup):
     mt.manual_seed(0)
     dense = GPT(GPTConfig(**CONFIG))
     dense_bytes = sum(p.data.nbytes for p in dense.parameters())
-    model = parallel.tensor_parallel_gpt(dense, group, sequence_parallel=sequence_parallel)
+    model = parallel.TensorParallelGPT(dense, group, sequence_parallel=sequence_parallel)
     del dense
     opt = AdamW(model.parameters(), lr=3e-4)
     rng = np.random.default_rng(0)  # every tp rank sees the same batch

@@ -12,10 +12,10 @@ Loading never writes to disk.
 """
 import numpy as np
 
+from ..tensor_parallel.sharding import dense_shape
 from .files import CheckpointError, resolve, shard_name
 from .manifest import check_config, check_layout, read_manifest, verify_files
 from .reshard import dense, has_moments, local_piece
-from .save import mesh_facts, model_facts
 from .state import MOMENTS, load_moments, named_parameters, set_rng_state_json
 
 
@@ -32,7 +32,7 @@ def check_entries(manifest, params, step_dir):
         entry = manifest["tensors"].get(name)
         if entry is None:
             raise CheckpointError(f"the checkpoint {step_dir} has no tensor '{name}'")
-        full_shape = list(getattr(p, "full_shape", p.shape))
+        full_shape = list(dense_shape(p))
         if entry["full_shape"] != full_shape or entry["dtype"] != str(p.dtype):
             raise CheckpointError(f"'{name}' is {entry['dtype']} {tuple(entry['full_shape'])} in the checkpoint "
                                   f"{step_dir}, {p.dtype} {tuple(full_shape)} in the model")
@@ -63,21 +63,20 @@ class ShardReader:
             npz.close()
 
 
-def load_checkpoint(path, model, optimizer=None, mesh=None, *, config=None):
-    """Load the checkpoint at `path` into this rank's `model` / `optimizer` (collective).
-
-    Same arguments as save_checkpoint (the same defaults from the model); the layout may
-    differ from the saving one. Returns {"step": steps done, "extra": the saved extra,
-    "path": the step directory, "resharded": layout differs (RNG not restored), "manifest"}.
+def load_checkpoint(path, model):
+    """Load the checkpoint at `path` into this rank's part of the `ParallelModel` `model`:
+    parameters, the optimizer's state (model.optimizer, if any) and, in the same layout,
+    the random streams (collective). The layout may differ from the saving one.
+    Returns {"step": steps done, "extra": the saved extra, "path": the step directory,
+    "resharded": layout differs (RNG not restored), "manifest"}.
     """
-    optimizer, mesh, config = model_facts(model, optimizer, mesh, config)
-    mesh, _, dims = mesh_facts(mesh)
+    mesh, optimizer = model.mesh, model.optimizer
     step_dir, manifest = open_manifest(path)
-    check_config(manifest, config, step_dir)
-    check_layout(config, mesh.tp, mesh.pp)
+    check_config(manifest, model.config, step_dir)
+    check_layout(model.config, mesh.tp, mesh.pp)
     params = named_parameters(model)
     entries = check_entries(manifest, params, step_dir)
-    resharded = not same_layout(manifest, dims, mesh.world, entries)
+    resharded = not same_layout(manifest, mesh.sizes(), mesh.world, entries)
     own = shard_name(mesh.world.rank)
     verify_files(mesh.world, step_dir, manifest)
     read = ShardReader(step_dir)

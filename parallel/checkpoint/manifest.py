@@ -22,6 +22,7 @@ import json
 
 import numpy as np
 
+from ..tensor_parallel.sharding import dense_shape, tp_axis
 from .files import MANIFEST, CheckpointError, sha256_of
 
 FORMAT, VERSION = "minitensor-parallel-checkpoint", 1
@@ -34,8 +35,8 @@ def rank_record(path, rank, coords, params, moments):
         piece = {"shape": list(p.shape)}
         if name in moments:
             piece["moments"] = moments[name]["range"]
-        tensors[name] = {"piece": piece, "dtype": str(p.dtype), "tp_axis": getattr(p, "tp_axis", None),
-                         "full_shape": list(getattr(p, "full_shape", p.shape)),
+        tensors[name] = {"piece": piece, "dtype": str(p.dtype), "tp_axis": tp_axis(p),
+                         "full_shape": list(dense_shape(p)),
                          "step": moments[name]["step"] if name in moments else None}
     return {"file": path.name, "rank": rank, **coords, "bytes": path.stat().st_size,
             "sha256": sha256_of(path), "tensors": tensors}

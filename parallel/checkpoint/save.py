@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..mesh import Mesh
-from ..pipeline.gather import all_gather_json
+from ..comm.gather import all_gather_json
 from .files import MANIFEST, CheckpointError, begin_save, commit_save, shard_name, step_name, write_durably
 from .manifest import build_manifest, rank_record
 from .reshard import key
@@ -34,48 +33,15 @@ def write_shard(path, params, moments, rng_json):
     write_durably(path, lambda f: np.savez(f, **arrays))
 
 
-def mesh_facts(mesh):
-    """(mesh, this rank's {dp, tp, pp} coordinates, the mesh's {dp, tp, pp} sizes)."""
-    mesh = Mesh() if mesh is None else mesh
-    coords = {"dp": mesh.dp_rank, "tp": mesh.tp_rank, "pp": mesh.pp_rank}
-    return mesh, coords, {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+def save_checkpoint(directory, model, *, step, extra=None, keep=2):
+    """Save the `ParallelModel` `model` (its parameters, its optimizer's state, its random
+    streams) after `step` as DIR/step_XXXXXX (collective: every rank calls it).
 
-
-def model_facts(model, optimizer, mesh, config):
-    """The arguments a caller left out, from the model (a HybridGPT keeps all three)."""
-    optimizer = getattr(model, "optimizer", None) if optimizer is None else optimizer
-    mesh = getattr(model, "mesh", None) if mesh is None else mesh
-    config = getattr(model, "config", None) if config is None else config
-    if config is None:
-        raise ValueError(f"pass config=: {type(model).__name__} has no .config")
-    return optimizer, mesh, config
-
-
-def layout_of(model, mesh):
-    """The layout flags a model exposes (a HybridGPT: m, schedule, chunks, SP, checkpointing, ZeRO)."""
-    pipeline = getattr(model, "pipeline", None)
-    facts = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp,
-             "microbatches": getattr(model, "microbatches", None),
-             "schedule": getattr(pipeline, "schedule", None), "chunks": getattr(pipeline, "v", None),
-             "checkpoint_activations": getattr(pipeline, "checkpoint", None),
-             "sequence_parallel": getattr(model, "sequence_parallel", None), "zero": getattr(model, "zero", None)}
-    return {k: v for k, v in facts.items() if v is not None}
-
-
-def save_checkpoint(directory, model, optimizer=None, mesh=None, *, step, config=None, layout=None, extra=None,
-                    keep=2):
-    """Save `model` and `optimizer` after `step` as DIR/step_XXXXXX (collective: every rank calls it).
-
-    model: anything whose named_parameters() gives single-device names (tp shards tagged
-    tp_axis / full_shape); optimizer: AdamW, ZeroOptimizer or None; mesh: the parallel.Mesh
-    (None: one process); config: the GPTConfig, checked on resume. Left out, the three come
-    from model.optimizer / .mesh / .config when it has them (HybridGPT). layout, extra:
-    JSON-able dicts kept in the manifest (the layout flags, by default what the model
-    exposes; the data sampler's state, ...). The newest `keep` complete checkpoints are
-    kept. Returns the step directory's Path.
+    The manifest keeps model.config (checked on resume), model.layout() and `extra`
+    (a JSON-able dict: the data sampler's state, ...). The newest `keep` complete
+    checkpoints are kept. Returns the step directory's Path.
     """
-    optimizer, mesh, config = model_facts(model, optimizer, mesh, config)
-    mesh, coords, dims = mesh_facts(mesh)
+    mesh, optimizer = model.mesh, model.optimizer
     world, root = mesh.world, Path(directory)
     final = root / step_name(step)
     if final.exists():  # checked on every rank, so every rank raises
@@ -88,12 +54,11 @@ def save_checkpoint(directory, model, optimizer=None, mesh=None, *, step, config
     moments = moments_by_name(optimizer, params)
     path = tmp / shard_name(world.rank)
     write_shard(path, params, moments, rng_state_json(model))
-    records = all_gather_json(world, rank_record(path, world.rank, coords, params, moments))
+    records = all_gather_json(world, rank_record(path, world.rank, mesh.coords._asdict(), params, moments))
     if world.rank == 0:
         optim = {"type": optimizer_type(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None}
-        layout = layout_of(model, mesh) if layout is None else layout
-        manifest = build_manifest(records, step, config, layout, dims, optim, extra or {})
+        manifest = build_manifest(records, step, model.config, model.layout(), mesh.sizes(), optim, extra or {})
         write_durably(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
         commit_save(tmp, keep)
     world.barrier()

@@ -1,9 +1,10 @@
 """A rank's training state as arrays by single-device name, and back.
 
-The checkpoint never asks which kind of parallel model it holds: it needs only
+The checkpoint never asks which kind of parallel model it holds (parallel.model's
+`ParallelModel` interface: named_parameters, named_modules, optimizer); it needs only
 
-    parameters     name -> Parameter (single-device names; a tp shard carries
-                   `tp_axis` and `full_shape`, CONTRACT.md)
+    parameters     name -> Parameter (single-device names; a tp shard is described by
+                   tensor_parallel.sharding's `tp_axis` and `dense_shape`)
     moments        name -> AdamW's exp_avg, exp_avg_sq and step count. Plain AdamW keeps
                    them by position in its parameter list, ZeRO-1 as one flat chunk of
                    the dp group's concatenated parameters: both are mapped to names here
@@ -84,13 +85,6 @@ def load_moments(optimizer, params, moments, defaults):
                                   "exp_avg_sq": np.array(exp_avg_sq, dtype=p.dtype)}
 
 
-def named_modules(model):
-    """The model's modules by name; a Pipeline is walked stage by stage."""
-    if hasattr(model, "named_modules"):
-        return list(model.named_modules())
-    return [item for i, stage in enumerate(model.stages) for item in stage.named_modules(f"stages.{i}")]
-
-
 def generators_in(value):
     """[(suffix, Generator)]: the value itself, or the Generators a plain holder object
     (a TensorParallelRNG) keeps as attributes. Modules are not looked into: the walk visits them."""
@@ -107,7 +101,7 @@ def named_generators(model):
     streams), each listed once under the first place it is found."""
     found = OrderedDict(default=default_generator())
     seen = {id(found["default"])}
-    for module_name, module in named_modules(model):
+    for module_name, module in model.named_modules():
         for attr, value in vars(module).items():
             for suffix, generator in generators_in(value):
                 if id(generator) not in seen:

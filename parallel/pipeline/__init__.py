@@ -4,6 +4,5 @@ from .schedules import (Action, get_schedule, gpipe, interleaved, one_f_one_b, r
                         stage_of)
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
 from .executor import Pipeline
-from .gather import gather_named_arrays
 from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
 from .stage import PipelineStage

@@ -36,11 +36,11 @@ from minitensor.checkpoint import checkpoint as checkpointed
 from minitensor.tensor import Tensor
 
 from ..comm.group import TAG_UB
-from .gather import all_gather_events, gather_named_arrays
+from ..comm.gather import gather_named_arrays
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
 from .schedules import get_schedule, stage_of
-from .timeline import Event, Timeline, bubble_theory
+from .timeline import Event, Timeline, all_gather_events, bubble_theory
 
 
 class Pipeline:
@@ -169,9 +169,12 @@ class _Step:
         self.shape = first.activation_shape(*idx_chunks[0].shape)
         self.dtype = next(p.dtype for p in first.parameters() if np.issubdtype(p.dtype, np.floating))
         self.num_stages = pipe.p * pipe.v
+        # What each kind of action does (schedules.KINDS): one method each, below.
+        self.handlers = {"recv_fwd": self.recv_fwd, "forward": self.forward, "send_fwd": self.send_fwd,
+                         "recv_bwd": self.recv_bwd, "backward": self.backward, "send_bwd": self.send_bwd}
 
     def run(self, action):
-        getattr(self, action.kind)(action.microbatch, action.chunk, action.peer)
+        self.handlers[action.kind](action.microbatch, action.chunk, action.peer)
 
     def stage_id(self, chunk):
         return stage_of(self.pipe.rank, chunk, self.pipe.p)

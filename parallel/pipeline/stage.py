@@ -12,7 +12,7 @@ an attribute when the stage runs, so a tensor-parallel block or embedding with t
 forward signature can replace a dense one: `stage.blocks[2] = tp_block`.
 """
 from minitensor import nn
-from minitensor.models.gpt import GPT
+from minitensor.models.gpt import GPTEnds
 
 
 class GlobalBlocks(nn.Module):
@@ -41,13 +41,11 @@ class GlobalBlocks(nn.Module):
         return len(self._modules)
 
 
-class PipelineStage(nn.Module):
-    """Stage `stage` of `num_stages` of `model`, holding the blocks in `block_range`."""
+class PipelineStage(GPTEnds, nn.Module):
+    """Stage `stage` of `num_stages` of `model`, holding the blocks in `block_range`.
 
-    # The dense model's embed and head only read attributes (tok_emb, pos_emb, drop,
-    # config; ln_f, lm_head) that a first / last stage registers under the same names.
-    embed = GPT.embed
-    head = GPT.head
+    `embed` and `head` are the GPT's own (GPTEnds): they read the parts that a first /
+    last stage registers under the GPT's names."""
 
     def __init__(self, model, block_range, stage, num_stages):
         super().__init__()

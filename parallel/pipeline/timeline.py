@@ -19,7 +19,10 @@ backward of a whole stage costing t_f and t_b, communication free):
 import json
 from dataclasses import asdict, dataclass
 
-from .schedules import COMPUTE_KINDS
+import numpy as np
+
+from ..comm.gather import all_gather_ragged
+from .schedules import COMPUTE_KINDS, KINDS
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,15 @@ class Event:
     chunk: int
     start: float
     end: float
+
+
+def all_gather_events(group, events, rank=None):
+    """Every rank's events, on every rank (a collective); each labelled with `rank` when given
+    (e.g. the world rank), else with its own `Event.rank`. Six numbers travel per event."""
+    rows = np.array([[e.rank if rank is None else rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
+                     for e in events], dtype=np.float64).reshape(-1)
+    return [Event(int(r), KINDS[int(k)], int(mb), int(c), start, end)
+            for flat in all_gather_ragged(group, rows) for r, k, mb, c, start, end in flat.reshape(-1, 6)]
 
 
 def megatron_bubble_ratio(p, m, v=1):

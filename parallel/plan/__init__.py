@@ -11,12 +11,12 @@ from .layout import PRECISIONS, Layout, rank_coords
 from .memory import (activation_bytes_per_rank, block_activation_bytes, memory_per_rank,
                      param_bytes_per_rank, peak_memory)
 from .model import (CONFIGS, GPTConfig, balanced_partition, dense_param_count, get_config,
-                    padded_vocab, param_count)
+                    param_count)
 from .profiles import load_profile
 from .search import plan
 
 __all__ = ["CONFIGS", "Estimate", "GPTConfig", "Layout", "PRECISIONS",
            "activation_bytes_per_rank", "balanced_partition", "block_activation_bytes",
            "dense_param_count", "estimate", "get_config", "load_profile", "memory_per_rank",
-           "padded_vocab", "param_bytes_per_rank", "param_count", "peak_memory", "plan",
+           "param_bytes_per_rank", "param_count", "peak_memory", "plan",
            "rank_coords"]

@@ -1,12 +1,15 @@
 """One candidate training layout, and the numeric precision rules it is costed with.
 
-Rank coordinates follow `parallel.Mesh(dp, tp, pp)`: tp ranks are adjacent
-(fastest-varying), then dp, then pp, so the global rank is
-`tp_rank + tp * (dp_rank + dp * pp_rank)`.
+Rank coordinates are `parallel.Mesh`'s (`mesh.coords_of`): tp ranks adjacent
+(fastest-varying), then dp, then pp.
 """
 from dataclasses import dataclass
 
-SCHEDULES = ("1f1b", "gpipe")
+from ..mesh import coords_of
+from ..pipeline.schedules import SCHEDULES as PIPELINE_SCHEDULES
+
+# The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks).
+SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s != "interleaved")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,4 @@ def rank_coords(layout, rank):
     """(dp_rank, tp_rank, pp_rank) of a global rank, in Mesh order."""
     if not 0 <= rank < layout.world_size:
         raise ValueError(f"rank={rank} out of range for world size {layout.world_size}")
-    tp_rank = rank % layout.tp
-    dp_rank = rank // layout.tp % layout.dp
-    pp_rank = rank // (layout.tp * layout.dp)
-    return dp_rank, tp_rank, pp_rank
+    return tuple(coords_of(rank, layout.dp, layout.tp))

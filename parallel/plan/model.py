@@ -15,6 +15,8 @@ rank by rank, so every sharding rule below mirrors the implementation:
 """
 from minitensor.models.gpt import GPTConfig  # the planner reasons about the very model it plans for
 
+from ..tensor_parallel.sharding import padded_size  # the very padding rule the model uses
+
 
 # Named configs with the global batch (in sequences) each is usually trained with.
 CONFIGS = {
@@ -31,11 +33,6 @@ def get_config(name):
     if name not in CONFIGS:
         raise ValueError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}")
     return CONFIGS[name]
-
-
-def padded_vocab(vocab_size, tp):
-    """Vocabulary rounded up to a multiple of tp, so every vocab shard has equal rows."""
-    return -(-vocab_size // tp) * tp
 
 
 def check_tp(config, tp):
@@ -82,7 +79,7 @@ def param_count(config, tp=1, pp=1, stage=0, balance=None):
     layers = stage_layers(config.n_layer, pp, balance)
     if not 0 <= stage < pp:
         raise ValueError(f"stage={stage} out of range for pp={pp}")
-    d, vocab = config.d_model, padded_vocab(config.vocab_size, tp)
+    d, vocab = config.d_model, padded_size(config.vocab_size, tp)
     count = layers[stage] * block_param_count(d, tp)
     if stage == 0:
         count += vocab // tp * d + config.block_size * d    # tok_emb shard + pos_emb

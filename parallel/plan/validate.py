@@ -32,7 +32,7 @@ from minitensor.models import gpt as dense
 from ..comm import world
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
-from ..pipeline.gather import all_gather_ragged
+from ..comm.gather import all_gather_ragged
 from ..pipeline.partition import balance_by_parameters
 from ..launch import run_on_mpi_ranks
 from .cost import estimate

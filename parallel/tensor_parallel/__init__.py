@@ -6,7 +6,7 @@
     vocab.py        VocabParallelEmbedding, vocab_parallel_cross_entropy (vocabulary padding)
     transformer.py  ParallelSelfAttention, ParallelMLP, ParallelBlock
     random.py       dropout streams: replicated vs sharded regions
-    model.py        a whole GPT converted in one call, part by part
+    model.py        TensorParallelStage: a dense stage (or the whole GPT) converted part by part
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
 from .mappings import (
@@ -14,10 +14,7 @@ from .mappings import (
     gather_from_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region,
     reduce_scatter_to_sequence_parallel_region, scatter_to_tensor_model_parallel_region,
 )
-from .model import (
-    TensorParallelGPT, parallel_embed, parallel_head, tensor_parallel_block, tensor_parallel_embedding,
-    tensor_parallel_gpt, tensor_parallel_head,
-)
+from .model import TensorParallelGPT, TensorParallelStage
 from .random import TensorParallelRNG
 from .sharding import all_reduce_partial_grads, full_grads, full_state_dict, load_full_state_dict
 from .transformer import ParallelBlock, ParallelMLP, ParallelSelfAttention
@@ -28,8 +25,7 @@ __all__ = [
     "copy_to_tensor_model_parallel_region", "reduce_from_tensor_model_parallel_region",
     "scatter_to_tensor_model_parallel_region", "gather_from_tensor_model_parallel_region",
     "gather_from_sequence_parallel_region", "reduce_scatter_to_sequence_parallel_region",
-    "TensorParallelGPT", "tensor_parallel_gpt", "tensor_parallel_embedding", "tensor_parallel_block",
-    "tensor_parallel_head", "parallel_embed", "parallel_head", "TensorParallelRNG",
+    "TensorParallelGPT", "TensorParallelStage", "TensorParallelRNG",
     "full_state_dict", "full_grads", "load_full_state_dict", "all_reduce_partial_grads",
     "ParallelSelfAttention", "ParallelMLP", "ParallelBlock",
     "VocabParallelEmbedding", "vocab_parallel_cross_entropy",

@@ -13,13 +13,12 @@ Column then row (the MLP, attention) needs no communication in between.
 With sequence parallelism, f becomes an all-gather along the sequence and g a
 reduce-scatter along it (mappings.py).
 
-Every TP layer is built by slicing its dense counterpart (`from_dense`); the plain
-constructor builds that dense layer first (same init, same seed → same numbers on
-every tp count) and slices it, as Megatron's CPU initialisation does.
+Every TP module has one constructor, `Cls(dense, group, **options)`: it slices the dense
+counterpart, so the same seed gives the same numbers on every tp count (Megatron's CPU
+initialisation does the same: build the whole weight, keep this rank's part).
 """
 from minitensor import nn
 from minitensor.nn import functional as F
-from minitensor.tensor import DEFAULT_FLOAT
 
 from .mappings import (
     copy_to_tensor_model_parallel_region, gather_from_sequence_parallel_region,
@@ -30,17 +29,7 @@ from .sharding import divide, full_state_dict, padded_size, sharded_parameter
 
 
 class TensorParallelModule(nn.Module):
-    """Base of the TP modules: `Cls.from_dense(dense, group, **options)` slices a dense module."""
-
-    @classmethod
-    def from_dense(cls, dense, group, **options):
-        module = cls.__new__(cls)
-        nn.Module.__init__(module)
-        module.build(dense, group, **options)
-        return module
-
-    def build(self, dense, group, **options):
-        raise NotImplementedError
+    """Base of the TP modules, each built as `Cls(dense, group, **options)` from a dense module."""
 
     def full_state_dict(self):
         """The dense counterpart's state dict (collective over the tp group)."""
@@ -62,18 +51,14 @@ def exit_row_parallel(y, group, sequence_parallel):
 
 
 class ColumnParallelLinear(TensorParallelModule):
-    """weight (out/tp, in), bias (out/tp,). `pad_out_features` pads `out` up to a multiple of
+    """The dense nn.Linear `dense` split by output features over `group`:
+    weight (out/tp, in), bias (out/tp,). `pad_out_features` pads `out` up to a multiple of
     tp with zero rows (the lm_head over a vocabulary tp does not divide)."""
 
-    def __init__(self, in_features, out_features, group, bias=True, gather_output=False,
-                 sequence_parallel=False, pad_out_features=False, dtype=DEFAULT_FLOAT):
+    def __init__(self, dense, group, gather_output=False, sequence_parallel=False, pad_out_features=False):
         super().__init__()
-        self.build(nn.Linear(in_features, out_features, bias, dtype), group, gather_output=gather_output,
-                   sequence_parallel=sequence_parallel, pad_out_features=pad_out_features)
-
-    def build(self, dense, group, gather_output=False, sequence_parallel=False, pad_out_features=False):
         out_features, self.in_features = dense.weight.shape
-        padded = padded_size(out_features, group) if pad_out_features else out_features
+        padded = padded_size(out_features, group.size) if pad_out_features else out_features
         divide(padded, group, "ColumnParallelLinear: out_features")
         if gather_output and padded != out_features:
             raise ValueError(f"ColumnParallelLinear: gather_output needs out_features {out_features} "
@@ -93,19 +78,14 @@ class ColumnParallelLinear(TensorParallelModule):
 
 
 class RowParallelLinear(TensorParallelModule):
-    """weight (out, in/tp), bias (out,) replicated and added after the reduction.
+    """The dense nn.Linear `dense` split by input features over `group`: weight (out, in/tp), bias (out,) replicated and added after the reduction.
 
     Under sequence parallelism the bias is added to the rank's positions only, so its
     gradient is a partial sum: tagged `tp_partial_grad`.
     """
 
-    def __init__(self, in_features, out_features, group, bias=True, input_is_parallel=True,
-                 sequence_parallel=False, dtype=DEFAULT_FLOAT):
+    def __init__(self, dense, group, input_is_parallel=True, sequence_parallel=False):
         super().__init__()
-        self.build(nn.Linear(in_features, out_features, bias, dtype), group,
-                   input_is_parallel=input_is_parallel, sequence_parallel=sequence_parallel)
-
-    def build(self, dense, group, input_is_parallel=True, sequence_parallel=False):
         self.out_features, self.in_features = dense.weight.shape
         divide(self.in_features, group, "RowParallelLinear: in_features")
         if sequence_parallel and not input_is_parallel:

@@ -1,27 +1,23 @@
-"""A whole GPT under tensor parallelism, converted from the dense one in one call.
+"""A GPT, or one pipeline stage of it, converted to tensor parallelism in one place.
 
-    tp = parallel.tensor_parallel_gpt(gpt, group, sequence_parallel=False, seed=0)
+    TensorParallelStage(dense_stage, group, sequence_parallel=False, seed=0)
+        tok_emb  ─▶ VocabParallelEmbedding        pos_emb, ln_f ─▶ replicated copies
+        blocks.i ─▶ ParallelBlock                  lm_head       ─▶ ColumnParallelLinear (padded vocab)
+        drop     ─▶ Dropout on the tp rank's replicated (or, under SP, sharded) stream
 
-The TP model has the dense model's module tree and parameter names; sharded
-parameters carry `tp_axis` and `full_shape`. The conversion is done per part, so a
-pipeline stage can convert only the parts it holds and register them under the same
-names (`tok_emb`, `pos_emb`, `drop` | `blocks.{i}` | `ln_f`, `lm_head`):
+    TensorParallelGPT(gpt, group, ...)  is the one-stage case: the whole model.
 
-    tensor_parallel_embedding(gpt, group, rng, sp) -> {"tok_emb", "pos_emb", "drop"}
-    tensor_parallel_block(block, group, rng, sp)   -> ParallelBlock
-    tensor_parallel_head(gpt, group, sp)            -> {"ln_f", "lm_head"}
-
-and run them with `parallel_embed(stage, idx)`, the blocks, `parallel_head(stage, x, targets)`.
-Under sequence parallelism the activations between embed and head are the rank's
-slice of the sequence, (B, T/tp, C).
+The converted stage keeps the dense stage's module tree and parameter names; sharded
+parameters carry `tp_axis` and `full_shape` (sharding.py). It inherits the GPT's
+`embed` and `head` and changes only what tensor parallelism changes: under sequence
+parallelism each rank adds the positions of its own slice of the sequence, (B, T/tp, C)
+between embed and head, and the loss is taken over the vocabulary shards.
 """
-from collections import OrderedDict
-
 import numpy as np
 
-from minitensor import nn
 from minitensor.tensor import Tensor
 
+from ..pipeline.stage import PipelineStage
 from .layers import ColumnParallelLinear
 from .mappings import check_sequence_parallel
 from .random import TensorParallelRNG
@@ -31,85 +27,46 @@ from .transformer import ParallelBlock, dropout_like
 from .vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 
-def tensor_parallel_embedding(owner, group, rng, sequence_parallel=False):
-    """TP versions of `owner.tok_emb` (vocab-parallel), `owner.pos_emb` (replicated) and `owner.drop`.
+class TensorParallelStage(PipelineStage):
+    """The dense PipelineStage `dense` with every part converted to TP over `group`.
 
-    Under SP each rank adds the positions of its own slice of the sequence only, so
-    the position table's gradient is partial: tagged `tp_partial_grad`.
-    """
-    return OrderedDict(
-        tok_emb=VocabParallelEmbedding.from_dense(owner.tok_emb, group, sequence_parallel=sequence_parallel),
-        pos_emb=replicated_copy(owner.pos_emb, partial_grad=sequence_parallel),
-        drop=dropout_like(owner.drop, rng, sharded=sequence_parallel),
-    )
+    seed: the dropout streams, TensorParallelRNG(seed + stage, tp rank): each stage draws
+    its own masks, alike on the tp ranks where the activations are replicated."""
 
+    def __init__(self, dense, group, sequence_parallel=False, seed=0):
+        super().__init__(dense, dense.blocks.indices(), dense.stage, dense.num_stages)  # the dense parts ...
+        self.group, self.sequence_parallel = group, sequence_parallel
+        self.rng = TensorParallelRNG(seed + self.stage, group.rank)
+        sp = sequence_parallel
+        if self.is_first:  # ... each replaced by its TP form
+            self.tok_emb = VocabParallelEmbedding(self.tok_emb, group, sequence_parallel=sp)
+            self.pos_emb = replicated_copy(self.pos_emb, partial_grad=sp)  # under SP: this rank's positions only
+            self.drop = dropout_like(self.drop, self.rng, sharded=sp)
+        for index in self.blocks.indices():
+            self.blocks[index] = ParallelBlock(self.blocks[index], group, sequence_parallel=sp, rng=self.rng)
+        if self.is_last:
+            self.ln_f = replicated_copy(self.ln_f, partial_grad=sp)
+            self.lm_head = ColumnParallelLinear(self.lm_head, group, sequence_parallel=sp, pad_out_features=True)
+        self.train(dense.training)
 
-def tensor_parallel_block(block, group, rng, sequence_parallel=False):
-    return ParallelBlock.from_dense(block, group, sequence_parallel=sequence_parallel, rng=rng)
+    def positions(self, t):
+        """Under SP this rank's slice of the sequence: its share of 0 .. t-1."""
+        if not self.sequence_parallel:
+            return np.arange(t)
+        check_sequence_parallel(t, self.group)
+        return np.arange(t).reshape(self.group.size, -1)[self.group.rank]
 
+    def loss(self, logits, targets):
+        """Cross-entropy of the vocab-sharded logits (the lm_head's output stays split)."""
+        return vocab_parallel_cross_entropy(logits, targets, self.group, vocab_size=self.config.vocab_size)
 
-def tensor_parallel_head(owner, group, sequence_parallel=False):
-    """TP versions of `owner.ln_f` (replicated) and `owner.lm_head` (column-parallel over the
-    padded vocabulary; its output stays sharded into vocab_parallel_cross_entropy)."""
-    return OrderedDict(
-        ln_f=replicated_copy(owner.ln_f, partial_grad=sequence_parallel),
-        lm_head=ColumnParallelLinear.from_dense(owner.lm_head, group, sequence_parallel=sequence_parallel,
-                                                pad_out_features=True),
-    )
+    def generators(self):
+        return self.rng.generators()
 
-
-def parallel_embed(stage, idx):
-    """GPT.embed on a stage holding the TP embedding part; (B, T/tp, C) under SP."""
-    idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
-    t, block_size = idx.shape[-1], stage.pos_emb.weight.shape[0]
-    if t > block_size:
-        raise ValueError(f"GPT: sequence length {t} exceeds block_size {block_size}")
-    positions = np.arange(t)
-    tok_emb = stage.tok_emb
-    if tok_emb.sequence_parallel:
-        check_sequence_parallel(t, tok_emb.group)
-        positions = positions.reshape(tok_emb.group.size, -1)[tok_emb.group.rank]
-    return stage.drop(tok_emb(idx) + stage.pos_emb(positions))
-
-
-def parallel_head(stage, x, targets=None):
-    """GPT.head on a stage holding the TP head part: (vocab-sharded logits, mean loss or None)."""
-    logits = stage.lm_head(stage.ln_f(x))
-    if targets is None:
-        return logits, None
-    return logits, vocab_parallel_cross_entropy(logits, targets, stage.lm_head.group,
-                                                vocab_size=stage.lm_head.out_features)
-
-
-class TensorParallelGPT(nn.Module):
-    """The TP version of a dense `minitensor.models.GPT` (see the module docstring)."""
-
-    def __init__(self, gpt, group, sequence_parallel=False, seed=0):
-        super().__init__()
-        self.config, self.group, self.sequence_parallel = gpt.config, group, sequence_parallel
-        self.rng = TensorParallelRNG(seed, group.rank)
-        for name, module in tensor_parallel_embedding(gpt, group, self.rng, sequence_parallel).items():
-            setattr(self, name, module)
-        self.blocks = nn.ModuleList(tensor_parallel_block(b, group, self.rng, sequence_parallel) for b in gpt.blocks)
-        for name, module in tensor_parallel_head(gpt, group, sequence_parallel).items():
-            setattr(self, name, module)
-        self.train(gpt.training)
-
-    @classmethod
-    def from_dense(cls, gpt, group, sequence_parallel=False, seed=0):
-        return cls(gpt, group, sequence_parallel=sequence_parallel, seed=seed)
-
-    def embed(self, idx):
-        return parallel_embed(self, idx)
-
-    def head(self, x, targets=None):
-        return parallel_head(self, x, targets)
-
-    def forward(self, idx, targets=None):
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x, targets)
+    def activation_shape(self, batch, seq_len):
+        if self.sequence_parallel:
+            seq_len //= self.group.size
+        return (batch, seq_len, self.config.d_model)
 
     def finish_grad_sync(self):
         """After backward, before the optimizer: sum the tp-partial gradients (a no-op without SP)."""
@@ -124,12 +81,23 @@ class TensorParallelGPT(nn.Module):
     def load_full_state_dict(self, dense_state):
         load_full_state_dict(self, self.group, dense_state)
 
+
+class TensorParallelGPT(TensorParallelStage):
+    """The TP version of a whole dense `minitensor.models.GPT` (every rank passes the same
+    dense GPT): the one-stage case, called as the GPT is, `model(idx, targets) -> (logits, loss)`,
+    with the logits split over the vocabulary (`gather_logits` joins them)."""
+
+    def __init__(self, gpt, group, sequence_parallel=False, seed=0):
+        whole = PipelineStage(gpt, range(gpt.config.n_layer), stage=0, num_stages=1)
+        super().__init__(whole, group, sequence_parallel=sequence_parallel, seed=seed)
+
+    def forward(self, idx, targets=None):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x, targets)
+
     def gather_logits(self, logits):
         """The dense (B, T, vocab) logits from each rank's vocab shard (collective, no gradient)."""
         data = logits.data if isinstance(logits, Tensor) else logits
         return gather(data, data.ndim - 1, data.shape[:-1] + (self.config.vocab_size,), self.group)
-
-
-def tensor_parallel_gpt(gpt, group, sequence_parallel=False, seed=0):
-    """Convert a dense GPT to its TP version over `group` (every rank passes the same dense GPT)."""
-    return TensorParallelGPT(gpt, group, sequence_parallel=sequence_parallel, seed=seed)

@@ -1,7 +1,7 @@
 """Shards of dense tensors across a tp group, and the way back to dense.
 
 A sharded Parameter holds one equal block of a dense tensor along `p.tp_axis`; the
-dense shape (before any vocabulary padding) is `p.full_shape` (CONTRACT.md).
+dense shape (before any vocabulary padding) is `p.full_shape` (`tp_axis(p)`, `dense_shape(p)`).
 Replicated parameters carry neither attribute. So any module's dense, single-device
 state dict is: every parameter, all-gathered along its tp_axis and trimmed to
 full_shape (a collective call: every tp rank gets the whole dict).
@@ -13,6 +13,8 @@ import numpy as np
 
 from minitensor import nn
 
+from ..reducer import Reducer
+
 
 def divide(numerator, group, what):
     """numerator / tp, or a ValueError naming both numbers."""
@@ -21,9 +23,10 @@ def divide(numerator, group, what):
     return numerator // group.size
 
 
-def padded_size(length, group):
-    """The smallest multiple of tp that holds `length` (a vocabulary tp does not divide)."""
-    return -(-length // group.size) * group.size
+def padded_size(length, tp):
+    """The smallest multiple of tp that holds `length` (a vocabulary tp does not divide):
+    every shard gets the same number of rows. The planner counts with it too."""
+    return -(-length // tp) * tp
 
 
 def shard(full, axis, group, padded_length=None):
@@ -55,6 +58,16 @@ def gather(local, axis, full_shape, group):
 
 def is_sharded(p):
     return hasattr(p, "tp_axis")
+
+
+def tp_axis(p):
+    """The axis along which `p` is split over tp, or None for a replicated parameter."""
+    return p.tp_axis if is_sharded(p) else None
+
+
+def dense_shape(p):
+    """The shape of `p` in the single-device model (before any vocabulary padding)."""
+    return tuple(p.full_shape) if is_sharded(p) else p.shape
 
 
 def replicated_copy(module, partial_grad=False):
@@ -102,12 +115,7 @@ def load_full_state_dict(module, group, state):
 
 def all_reduce_partial_grads(module, group):
     """Sum the tp-partial gradients (sequence-parallel LayerNorms, biases, positions) over
-    the tp group, in one flat all-reduce. A no-op when there are none (no SP)."""
+    the tp group, through the gradient reducer's flat buckets. A no-op when there are none (no SP)."""
     partial = [p for p in module.parameters() if getattr(p, "tp_partial_grad", False) and p.grad is not None]
-    if not partial:
-        return
-    flat = group.all_reduce(np.concatenate([p.grad.reshape(-1) for p in partial]))
-    offset = 0
-    for p in partial:
-        p.grad[...] = flat[offset:offset + p.grad.size].reshape(p.grad.shape)
-        offset += p.grad.size
+    if partial:
+        Reducer(partial, group, divisor=1).finish()

@@ -11,9 +11,8 @@ sequence, f is an all-gather and g a reduce-scatter: the same bytes, and the
 activations outside attention and MLP take 1/tp of the memory.
 """
 from minitensor import nn
-from minitensor.models.gpt import MLP, Block, SelfAttention, attend
+from minitensor.models.gpt import attend
 from minitensor.nn import functional as F
-from minitensor.tensor import DEFAULT_FLOAT
 
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule, enter_column_parallel
 from .random import TensorParallelRNG
@@ -26,19 +25,19 @@ def dropout_like(dense_dropout, rng, sharded):
 
 
 class ParallelSelfAttention(TensorParallelModule):
-    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
-        super().__init__()
-        self.build(SelfAttention(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
+    """The dense SelfAttention `dense` split by heads over `group`. rng: the tp rank's dropout
+    streams (default: seed 0)."""
 
-    def build(self, dense, group, sequence_parallel=False, rng=None):
+    def __init__(self, dense, group, sequence_parallel=False, rng=None):
+        super().__init__()
         self.local_heads = divide(dense.n_head, group, "ParallelSelfAttention: n_head")
         self.group, self.sequence_parallel = group, sequence_parallel
         self.causal, self.dropout = dense.causal, dense.dropout
         self.rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
         # Rows h·d .. (h+1)·d of q, k, v belong to head h, so an equal split by rows is a split by whole heads.
-        self.q, self.k, self.v = (ColumnParallelLinear.from_dense(lin, group, sequence_parallel=sequence_parallel)
+        self.q, self.k, self.v = (ColumnParallelLinear(lin, group, sequence_parallel=sequence_parallel)
                                   for lin in (dense.q, dense.k, dense.v))
-        self.proj = RowParallelLinear.from_dense(dense.proj, group, sequence_parallel=sequence_parallel)
+        self.proj = RowParallelLinear(dense.proj, group, sequence_parallel=sequence_parallel)
         self.resid_drop = dropout_like(dense.resid_drop, self.rng, sharded=sequence_parallel)
 
     def forward(self, x):
@@ -50,16 +49,15 @@ class ParallelSelfAttention(TensorParallelModule):
 
 
 class ParallelMLP(TensorParallelModule):
-    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
-        super().__init__()
-        self.build(MLP(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
+    """The dense MLP `dense` split by hidden columns over `group`."""
 
-    def build(self, dense, group, sequence_parallel=False, rng=None):
+    def __init__(self, dense, group, sequence_parallel=False, rng=None):
+        super().__init__()
         divide(dense.fc.weight.shape[0], group, "ParallelMLP: hidden size 4·d_model =")
         self.group, self.sequence_parallel = group, sequence_parallel
         rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
-        self.fc = ColumnParallelLinear.from_dense(dense.fc, group, sequence_parallel=sequence_parallel)
-        self.proj = RowParallelLinear.from_dense(dense.proj, group, sequence_parallel=sequence_parallel)
+        self.fc = ColumnParallelLinear(dense.fc, group, sequence_parallel=sequence_parallel)
+        self.proj = RowParallelLinear(dense.proj, group, sequence_parallel=sequence_parallel)
         self.drop = dropout_like(dense.drop, rng, sharded=sequence_parallel)
 
     def forward(self, x):
@@ -67,19 +65,17 @@ class ParallelMLP(TensorParallelModule):
 
 
 class ParallelBlock(TensorParallelModule):
-    """Block with parallel attention and MLP; LayerNorms replicated (sequence-sharded under SP)."""
+    """The dense Block `dense` with parallel attention and MLP; LayerNorms replicated
+    (sequence-sharded under SP)."""
 
-    def __init__(self, config, group, sequence_parallel=False, rng=None, dtype=DEFAULT_FLOAT):
+    def __init__(self, dense, group, sequence_parallel=False, rng=None):
         super().__init__()
-        self.build(Block(config, dtype), group, sequence_parallel=sequence_parallel, rng=rng)
-
-    def build(self, dense, group, sequence_parallel=False, rng=None):
         self.group = group
         rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
         self.ln_1 = replicated_copy(dense.ln_1, partial_grad=sequence_parallel)
-        self.attn = ParallelSelfAttention.from_dense(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng)
+        self.attn = ParallelSelfAttention(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng)
         self.ln_2 = replicated_copy(dense.ln_2, partial_grad=sequence_parallel)
-        self.mlp = ParallelMLP.from_dense(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng)
+        self.mlp = ParallelMLP(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))

@@ -8,8 +8,8 @@ they never win a softmax and never receive gradient.
 import numpy as np
 
 from minitensor.autograd import Function
-from minitensor.nn import Embedding, functional as F
-from minitensor.tensor import DEFAULT_FLOAT, Tensor
+from minitensor.nn import functional as F
+from minitensor.tensor import Tensor
 
 from .layers import TensorParallelModule
 from .mappings import reduce_from_tensor_model_parallel_region, reduce_scatter_to_sequence_parallel_region
@@ -22,17 +22,15 @@ def vocab_range(local_size, group):
 
 
 class VocabParallelEmbedding(TensorParallelModule):
-    """weight (padded V/tp, C). A token outside this rank's rows contributes zeros; the sum
+    """The dense nn.Embedding `dense` split by vocabulary rows over `group`: weight (padded V/tp, C).
+    A token outside this rank's rows contributes zeros; the sum
     over ranks (all-reduce, or under SP a reduce-scatter along the sequence) is the lookup."""
 
-    def __init__(self, num_embeddings, embedding_dim, group, sequence_parallel=False, dtype=DEFAULT_FLOAT):
+    def __init__(self, dense, group, sequence_parallel=False):
         super().__init__()
-        self.build(Embedding(num_embeddings, embedding_dim, dtype), group, sequence_parallel=sequence_parallel)
-
-    def build(self, dense, group, sequence_parallel=False):
         self.num_embeddings = dense.weight.shape[0]
         self.group, self.sequence_parallel = group, sequence_parallel
-        self.weight = sharded_parameter(dense.weight.data, 0, group, padded_size(self.num_embeddings, group))
+        self.weight = sharded_parameter(dense.weight.data, 0, group, padded_size(self.num_embeddings, group.size))
 
     def forward(self, idx):
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)

@@ -5,8 +5,8 @@ import os
 import numpy as np
 
 from ..launch import launch_report
-from ..pipeline.gather import all_gather_events
-from ..pipeline.timeline import Timeline
+from ..plan.model import dense_param_count
+from ..pipeline.timeline import Timeline, all_gather_events
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
@@ -49,16 +49,9 @@ def startup_summary(args, model, group):
         + f", {args.steps} steps, peak lr {args.lr:g}, seed {args.seed}",
         mesh.describe().rsplit("\n", 1)[0],  # the grid, without rank 0's "this is rank 0" line
         "parameters per rank: " + ", ".join(f"{r}: {int(n):,}" for r, n in enumerate(counts))
-        + f"  (single device: {dense_parameter_count(config):,})",
+        + f"  (single device: {dense_param_count(config):,})",
     ]
     return "\n".join(lines)
-
-
-def dense_parameter_count(config):
-    """Parameters of the single-device GPT: per block two LayerNorms (4d), q, k, v, proj
-    (4d² + 4d), fc and proj (8d² + 5d); embeddings, ln_f and the bias-free lm_head."""
-    d = config.d_model
-    return config.n_layer * (12 * d * d + 13 * d) + (2 * config.vocab_size + config.block_size) * d + 2 * d
 
 
 def progress_line(step, steps, loss, tokens, elapsed, done):
@@ -102,6 +95,6 @@ def communication_table(stats, group):
 def save_trace(model, group, path):
     """Chrome trace of the last step's pipeline actions of EVERY rank, one process per world
     rank (collective over `group`, the world). Each pp group has its own time origin."""
-    events = all_gather_events(group, model.pipeline.events, rank=group.rank)
+    events = all_gather_events(group, model.events(), rank=group.rank)
     if group.rank == 0:
         Timeline(events, num_ranks=group.size).save_chrome_trace(path)

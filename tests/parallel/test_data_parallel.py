@@ -10,7 +10,6 @@ import parallel
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import DataParallel, run_threads
-from parallel.data_parallel import assign_buckets
 from helpers import assert_close
 from mpi_scripts.dp_common import check_data_parallel, make_data, run_data_parallel, run_single, tiny_net
 from strategies import seeds
@@ -37,22 +36,6 @@ def test_equals_one_device_on_the_global_batch(n, micro, bucket_mb, overlap, exp
 @pytest.mark.parametrize("n, micro, bucket_mb, overlap", [(2, 2, 0.002, True), (3, 1, 1e-6, False)])
 def test_gpt_equals_one_device(n, micro, bucket_mb, overlap):
     train_and_check("gpt", 7, n, micro, bucket_mb, overlap, explicit_finish=False)
-
-
-def test_buckets_hold_reverse_order_within_the_size_bound():
-    mt.manual_seed(0)
-    trainable = [p for p in tiny_net().parameters() if p.requires_grad]
-    bound = 600  # bytes: between the smallest (64 B) and the largest (704 B) float64 parameter
-    buckets = assign_buckets(trainable[::-1], bound)
-    assert [p for b in buckets for p in b] == trainable[::-1]
-    assert all(sum(p.data.nbytes for p in b) <= bound or len(b) == 1 for b in buckets)
-    # Greedy: no bucket could have taken the next bucket's first parameter.
-    assert all(sum(p.data.nbytes for p in b) + nxt[0].data.nbytes > bound for b, nxt in zip(buckets, buckets[1:]))
-
-
-def test_a_new_bucket_starts_where_the_dtype_changes():
-    params = [nn.Parameter(np.zeros(2, dtype)) for dtype in (np.float32, np.float32, np.float64, np.float32)]
-    assert [len(b) for b in assign_buckets(params, 1 << 20)] == [2, 1, 1]
 
 
 def test_the_hook_of_a_parameter_used_twice_fires_once_with_the_summed_gradient():

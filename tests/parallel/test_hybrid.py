@@ -75,7 +75,7 @@ def test_each_rank_holds_its_stage_and_shard_under_single_device_names():
         model = HybridGPT(make_model(config, 0), Mesh(1, 2, 2), microbatches=2, schedule="interleaved", chunks=2)
         named = model.named_parameters()
         sharded = {name: (p.tp_axis, p.full_shape) for name, p in named if hasattr(p, "tp_axis")}
-        return model.mesh.coords, model.stage_ids, [name for name, _ in named], sharded
+        return model.mesh.coords, [stage.stage for stage in model.stages], [name for name, _ in named], sharded
 
     for (dp_rank, tp_rank, pp_rank), stage_ids, names, sharded in run_threads(4, local_view):
         assert stage_ids == [pp_rank, 2 + pp_rank]  # chunk c of pp rank r is stage c·pp + r

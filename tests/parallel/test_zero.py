@@ -7,7 +7,6 @@ import minitensor as mt
 import parallel
 from minitensor import nn
 from parallel import ZeroOptimizer, run_threads
-from parallel.zero import flatten, unflatten_into
 from mpi_scripts.dp_common import check_zero, make_data, run_single, run_zero, tiny_net
 from strategies import seeds
 
@@ -30,16 +29,6 @@ def test_equals_adamw_on_one_device(n, micro, seed):
 @pytest.mark.parametrize("n", [2, 3])
 def test_gpt_equals_adamw_on_one_device(n):
     train_and_check("gpt", 11, n, micro=2)
-
-
-def test_flatten_pads_and_unflatten_inverts_it():
-    arrays = [np.arange(6.0).reshape(2, 3), np.array([7.0])]
-    flat = flatten(arrays, 9)
-    np.testing.assert_array_equal(flat, [0, 1, 2, 3, 4, 5, 7, 0, 0])
-    out = [np.empty((2, 3)), np.empty(1)]
-    unflatten_into(flat, out)
-    for a, b in zip(out, arrays):
-        np.testing.assert_array_equal(a, b)
 
 
 def steps_with_checkpoint(total, save_at):

@@ -34,8 +34,8 @@ def watch_backward(dp):
         if dp.waiting_for == len(dp.bucket_of):  # DataParallel just finished the sync and reset
             cells = ["done"] * len(dp.buckets)
         else:
-            cells = ["SENT" if i < dp.next_to_start else f"{len(b.ready)}/{len(b.params)}"
-                     for i, b in enumerate(dp.buckets)]
+            cells = ["SENT" if i < dp.reducer.started else f"{len(ready)}/{len(b.params)}"
+                     for i, (b, ready) in enumerate(zip(dp.buckets, dp.ready))]
         rows.append((dp.names[id(p)], dp.bucket_of[id(p)], cells))
 
     for p in dp.parameters():
@@ -44,13 +44,12 @@ def watch_backward(dp):
 
 
 def print_timeline(dp, rows):
-    index = {id(b): i for i, b in enumerate(dp.buckets)}
     name_width = max(len(name) for name, _, _ in rows)
     name_width = max(name_width, len("gradient ready (backward order)"))
     print(f"\n{'gradient ready (backward order)':<{name_width}}  bucket  " +
           "".join(f"b{i:<5}" for i in range(len(dp.buckets))).rstrip())
     for name, bucket, cells in rows:
-        print(f"{name:<{name_width}}  {index[id(bucket)]:>6}  " + "".join(f"{c:<6}" for c in cells).rstrip())
+        print(f"{name:<{name_width}}  {bucket:>6}  " + "".join(f"{c:<6}" for c in cells).rstrip())
     started_early = sum(cell == "SENT" for cell in rows[-2][2])
     print(f"buckets whose all-reduce started before the last gradient was ready: "
           f"{started_early} of {len(dp.buckets)}")

@@ -67,8 +67,8 @@ def main():
     dense_proj = nn.Linear(HIDDEN, D_MODEL).double()
     x_data = np.random.default_rng(1).standard_normal((BATCH, SEQ, D_MODEL))
 
-    fc = ColumnParallelLinear.from_dense(dense_fc, group)       # rows (output features) split
-    proj = RowParallelLinear.from_dense(dense_proj, group)      # columns (input features) split
+    fc = ColumnParallelLinear(dense_fc, group)       # rows (output features) split
+    proj = RowParallelLinear(dense_proj, group)      # columns (input features) split
     say("\n" + draw("fc.weight", ownership(fc.weight, group), "ColumnParallelLinear splits the rows"))
     say(draw("proj.weight", ownership(proj.weight, group), "RowParallelLinear splits the columns"))
     say(f"this rank holds fc.weight {fc.weight.shape}, fc.bias {fc.bias.shape}, "
@@ -107,8 +107,8 @@ def main():
     say(f"  backward: {collectives(backward)}")
 
     # A naive pairing: both layers column-parallel, each gathering its output.
-    naive_fc = ColumnParallelLinear.from_dense(dense_fc, group, gather_output=True)
-    naive_proj = ColumnParallelLinear.from_dense(dense_proj, group, gather_output=True)
+    naive_fc = ColumnParallelLinear(dense_fc, group, gather_output=True)
+    naive_proj = ColumnParallelLinear(dense_proj, group, gather_output=True)
     y_naive, forward, backward = run_and_count([naive_fc, gelu, naive_proj],
                                                mt.Tensor(x_data.copy(), requires_grad=True), group)
     say("collectives on this rank, naive pairing (column+gather -> gelu -> column+gather):")

@@ -37,7 +37,7 @@ def main():
 
     mt.manual_seed(0)
     dense = SelfAttention(CONFIG).double()
-    attn = ParallelSelfAttention.from_dense(dense, group)
+    attn = ParallelSelfAttention(dense, group)
 
     rows = np.arange(CONFIG.d_model)
     owner = group.all_gather(np.full(attn.q.weight.shape[0], group.rank, dtype=np.int64))

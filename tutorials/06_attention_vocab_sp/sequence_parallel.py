@@ -18,7 +18,7 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
-from parallel import ParallelBlock, tensor_parallel_gpt
+from parallel import ParallelBlock, TensorParallelGPT
 from parallel.launch import rank_arguments, run_on_ranks
 from parallel.pipeline.memory import activation_bytes
 from parallel.tensor_parallel import all_reduce_partial_grads, full_grads
@@ -72,7 +72,7 @@ def main():
     kept, volume = {"one device": dense_kept}, {}
     for sp in (False, True):
         label = f"tp={tp} + sequence parallel" if sp else f"tp={tp}"
-        block = ParallelBlock.from_dense(dense, group, sequence_parallel=sp)
+        block = ParallelBlock(dense, group, sequence_parallel=sp)
         out, grad, stats, kept[label] = run_block(block, x_data, group, sp)
         grads = full_grads(block, group)
         say(f"\n{label}: largest difference vs one device (float64):")
@@ -95,7 +95,7 @@ def main():
     gpt = GPT(CONFIG).double()
     rng = np.random.default_rng(2)
     idx, targets = (rng.integers(0, CONFIG.vocab_size, (BATCH, SEQ)) for _ in range(2))
-    model = tensor_parallel_gpt(gpt, group, sequence_parallel=True)
+    model = TensorParallelGPT(gpt, group, sequence_parallel=True)
     _, loss = model(idx, targets)
     loss.backward()
     model.finish_grad_sync()

@@ -36,7 +36,7 @@ def main():
 
     mt.manual_seed(0)
     dense = nn.Embedding(VOCAB, D_MODEL).double()
-    emb = VocabParallelEmbedding.from_dense(dense, group)
+    emb = VocabParallelEmbedding(dense, group)
     local_rows = emb.weight.shape[0]
     padded = local_rows * group.size
     owner = group.all_gather(np.full(local_rows, group.rank, dtype=np.int64))

@@ -21,7 +21,7 @@ from minitensor.models import GPT, GPTConfig
 from parallel import Mesh
 from parallel.hybrid import HybridGPT
 from parallel.launch import rank_arguments, run_on_ranks
-from parallel.pipeline.gather import all_gather_json
+from parallel.comm.gather import all_gather_json
 
 CONFIG = GPTConfig(vocab_size=32, block_size=8, n_layer=4, n_head=4, d_model=16)
 BATCH, SEQ, M = 16, 8, 2       # global batch, sequence length, micro-batches per dp rank
@@ -104,7 +104,7 @@ def main(dp, tp, pp):
 
     rng = np.random.default_rng(1)
     idx, targets = (rng.integers(0, CONFIG.vocab_size, (BATCH, SEQ)) for _ in range(2))
-    model.reset_communication_stats()   # DataParallel's start-up broadcast is not part of a step
+    model.reset_communication_stats()   # the start-up broadcast over dp is not part of a step
     model.train_step(idx, targets)
     model.optimizer_step()
     counted = {key: (c["calls"], c["elements"], c["bytes"]) for key, c in model.communication_stats().items()}
@@ -116,7 +116,7 @@ def main(dp, tp, pp):
         f"C = {CONFIG.d_model}; activation b*T*C = {b * SEQ * CONFIG.d_model} elements")
     first_rank, last_rank = mesh.rank_of(0, 0, 0), mesh.rank_of(0, 0, pp - 1)
     for shown in sorted({first_rank, last_rank}):
-        lines = [f"rank {world.rank} (stage {model.stage_ids[0]}, L = {len(model.stages[0].blocks.indices())} blocks,"
+        lines = [f"rank {world.rank} (stage {model.stages[0].stage}, L = {len(model.stages[0].blocks.indices())} blocks,"
                  f" {model.num_parameters():,} parameters), counted | formula:"]
         for key in sorted(expected):
             calls, elements, nbytes = counted.get(key, (0, 0, 0))

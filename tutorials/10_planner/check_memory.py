@@ -17,7 +17,7 @@ import numpy as np
 import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
-from parallel import Pipeline, tensor_parallel_gpt
+from parallel import Pipeline, TensorParallelGPT
 from parallel.launch import rank_arguments, run_on_ranks
 from parallel.plan import Layout, activation_bytes_per_rank, get_config, param_bytes_per_rank
 
@@ -39,7 +39,7 @@ def main():
         f"float32, on {n} rank(s)")
 
     mt.manual_seed(0)
-    tp_model = tensor_parallel_gpt(GPT(CONFIG), group)
+    tp_model = TensorParallelGPT(GPT(CONFIG), group)
     predicted = param_bytes_per_rank(PLAN_CONFIG, 1, n, 1, (0, group.rank, 0))["params"]
     rows = group.all_gather(np.array([[predicted, held_bytes(tp_model.parameters())]], dtype=np.int64))
     say(f"\ntensor parallel, tp = {n}: parameter bytes per rank")

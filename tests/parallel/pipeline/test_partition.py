@@ -9,7 +9,7 @@ import minitensor as mt
 import parallel
 from minitensor.models.gpt import GPT, GPTConfig
 from parallel import run_threads
-from parallel.pipeline import (balance_by_cost, balance_by_parameters, balance_by_time, gather_named_arrays,
+from parallel.pipeline import (balance_by_cost, balance_by_parameters, balance_by_time, 
                                split_gpt, stages_for_rank)
 from strategies import seeds
 
@@ -89,22 +89,3 @@ def test_bad_balances_name_the_values():
         split_gpt(model, 2, [0, 4])
     with pytest.raises(ValueError, match="n_layer=4 blocks into 5 pipeline stages"):
         split_gpt(model, 5)
-
-
-@given(n=st.integers(1, 4), seed=seeds)
-def test_gather_named_arrays_merges_disjoint_parts_of_mixed_dtypes_and_shapes(n, seed):
-    rng = np.random.default_rng(seed)
-    parts = [{f"r{r}.{k}": rng.standard_normal(rng.integers(0, 3, size=rng.integers(0, 3))).astype(dtype)
-              for k, dtype in enumerate(rng.choice(["float32", "float64", "int64"], size=rng.integers(0, 3)))}
-             for r in range(n)]
-    expected = {name: a for part in parts for name, a in part.items()}
-    for merged in run_threads(n, lambda: gather_named_arrays(parallel.world(), parts[parallel.world().rank])):
-        assert list(merged) == list(expected)
-        for name, a in expected.items():
-            assert merged[name].dtype == a.dtype
-            np.testing.assert_array_equal(merged[name], a)
-
-
-def test_gather_named_arrays_rejects_a_name_held_twice():
-    with pytest.raises(ValueError, match="'w' is held by ranks 0 and 1"):
-        run_threads(2, lambda: gather_named_arrays(parallel.world(), {"w": np.zeros(2)}))

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from parallel.plan.model import (GPTConfig, balanced_partition, block_param_count, check_tp,
-                                 dense_param_count, get_config, padded_vocab, param_count,
-                                 stage_layers)
+                                 dense_param_count, get_config, param_count, stage_layers)
+from parallel.tensor_parallel.sharding import padded_size
 
 
 @st.composite
@@ -44,7 +44,7 @@ def test_tp_pp_shards_sum_to_dense_plus_duplicates(case):
     config, tp, pp = case
     d, L = config.d_model, config.n_layer
     replicated = L * (4 * d + d + d) + config.block_size * d + 2 * d   # LNs, row-parallel biases, pos_emb, ln_f
-    padding = 2 * (padded_vocab(config.vocab_size, tp) - config.vocab_size) * d   # tok_emb + lm_head rows
+    padding = 2 * (padded_size(config.vocab_size, tp) - config.vocab_size) * d   # tok_emb + lm_head rows
     total = sum(tp * param_count(config, tp, pp, stage) for stage in range(pp))
     assert total == dense_param_count(config) + (tp - 1) * replicated + padding
 
@@ -57,8 +57,8 @@ def test_pipeline_stages_hold_embeddings_first_and_head_last():
 
 
 def test_vocab_padding_to_a_multiple_of_tp():
-    assert padded_vocab(50257, 8) == 50264
-    assert padded_vocab(64, 4) == 64
+    assert padded_size(50257, 8) == 50264
+    assert padded_size(64, 4) == 64
     config = GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=4, d_model=8)
     # tp=4: tok_emb and lm_head shards have ceil(10/4)=3 rows each.
     assert param_count(config, tp=4) == block_param_count(8, 4) + 3 * 8 + 4 * 8 + 2 * 8 + 3 * 8

@@ -7,7 +7,7 @@ import pytest
 import minitensor as mt
 import parallel
 from minitensor.models import GPT, GPTConfig
-from parallel import tensor_parallel_gpt
+from parallel import TensorParallelGPT
 from parallel.tensor_parallel import TensorParallelRNG
 from tp_common import check_replicas_identical, make_batches, run_tensor_parallel
 
@@ -38,7 +38,7 @@ def test_residual_dropout_masks_are_shared_without_sp_and_independent_with_it(sp
     gpt = GPT(GPTConfig(**CONFIG))
 
     def masks():
-        model = tensor_parallel_gpt(gpt, parallel.world(), sequence_parallel=sp)
+        model = TensorParallelGPT(gpt, parallel.world(), sequence_parallel=sp)
         ones = mt.Tensor(np.ones((2, 2, 4), np.float32))
         return [m(ones).data != 0 for m in (model.drop, model.blocks[0].attn.resid_drop, model.blocks[1].mlp.drop)]
 

@@ -11,7 +11,7 @@ STEPS = 3
 
 
 @given(layout=tp_gpt_layouts(), seed=seeds)
-def test_tensor_parallel_gpt_trains_like_one_device(layout, seed):
+def test_TensorParallelGPT_trains_like_one_device(layout, seed):
     config, sp = layout["config"], layout["sequence_parallel"]
     batches = make_batches(config, layout["batch"], layout["seq"], STEPS, seed)
     dense = run_dense(config, seed, batches)

@@ -9,9 +9,10 @@ import parallel
 from helpers import assert_close
 from minitensor import nn
 from minitensor.models import GPT, GPTConfig
+from minitensor.models.gpt import MLP
 from minitensor.nn import functional as F
 from parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLinear, VocabParallelEmbedding,
-                      tensor_parallel_gpt, vocab_parallel_cross_entropy)
+                      TensorParallelGPT, vocab_parallel_cross_entropy)
 from parallel.tensor_parallel import full_grads, full_state_dict
 from strategies import seeds
 
@@ -40,8 +41,8 @@ def test_column_then_row_with_gathered_output_and_scattered_input_equal_two_dens
     ref_y, ref_dx = grads_of(lambda inp: second(first(inp)))
 
     def rank(group):
-        column = ColumnParallelLinear.from_dense(first, group, gather_output=True)
-        row = RowParallelLinear.from_dense(second, group, input_is_parallel=False)
+        column = ColumnParallelLinear(first, group, gather_output=True)
+        row = RowParallelLinear(second, group, input_is_parallel=False)
         y, dx = grads_of(lambda inp: row(column(inp)))
         return y, dx, full_grads(column, group), full_grads(row, group), full_state_dict(column, group)
 
@@ -67,8 +68,8 @@ def test_vocab_parallel_embedding_and_cross_entropy_equal_dense_with_padding_and
     ref.backward()
 
     def rank(group):
-        p_emb = VocabParallelEmbedding.from_dense(emb, group)
-        p_head = ColumnParallelLinear.from_dense(head, group, pad_out_features=True)
+        p_emb = VocabParallelEmbedding(emb, group)
+        p_head = ColumnParallelLinear(head, group, pad_out_features=True)
         logits = p_head(p_emb(idx))
         loss = vocab_parallel_cross_entropy(logits, targets, group, vocab_size=vocab)
         loss.backward()
@@ -107,18 +108,19 @@ def _raises_on_threads(tp, build, *fragments):
 def test_heads_not_divisible_by_tp_is_a_clear_error():
     mt.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=3, d_model=6))
-    _raises_on_threads(2, lambda g: tensor_parallel_gpt(gpt, g), "n_head 3", "tensor-parallel size 2")
+    _raises_on_threads(2, lambda g: TensorParallelGPT(gpt, g), "n_head 3", "tensor-parallel size 2")
 
 
 def test_hidden_sizes_not_divisible_by_tp_are_clear_errors():
-    _raises_on_threads(4, lambda g: ColumnParallelLinear(4, 6, g), "out_features 6", "tensor-parallel size 4")
-    _raises_on_threads(4, lambda g: RowParallelLinear(6, 4, g), "in_features 6", "tensor-parallel size 4")
+    _raises_on_threads(4, lambda g: ColumnParallelLinear(nn.Linear(4, 6), g), "out_features 6",
+                       "tensor-parallel size 4")
+    _raises_on_threads(4, lambda g: RowParallelLinear(nn.Linear(6, 4), g), "in_features 6", "tensor-parallel size 4")
     config = GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, d_model=3)
-    _raises_on_threads(5, lambda g: ParallelMLP(config, g), "4·d_model = 12", "tensor-parallel size 5")
+    _raises_on_threads(5, lambda g: ParallelMLP(MLP(config), g), "4·d_model = 12", "tensor-parallel size 5")
 
 
 def test_sequence_parallel_needs_the_sequence_divisible_by_tp():
     mt.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=2, d_model=4))
-    _raises_on_threads(2, lambda g: tensor_parallel_gpt(gpt, g, sequence_parallel=True)(np.zeros((1, 3), int)),
+    _raises_on_threads(2, lambda g: TensorParallelGPT(gpt, g, sequence_parallel=True)(np.zeros((1, 3), int)),
                        "sequence length 3", "tensor-parallel size 2")

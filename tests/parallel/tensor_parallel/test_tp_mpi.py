@@ -11,7 +11,7 @@ pytestmark = requires_mpiexec
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_tensor_parallel_gpt_equals_one_device_under_mpiexec(n):
+def test_TensorParallelGPT_equals_one_device_under_mpiexec(n):
     result = run_mpi(n, [SCRIPT], timeout=120)
     layouts = f"tp={n} sp=False, tp={n} sp=True" + (", mesh dp=2 tp=2 sp=True" if n == 4 else "")
     assert sorted(re.findall(r"rank \d+ ok \[[^]]*\]", result.stdout)) == [f"rank {r} ok [{layouts}]" for r in range(n)]

@@ -9,7 +9,7 @@ import parallel
 from minitensor import nn
 from minitensor.models import GPT, GPTConfig
 from parallel import (ColumnParallelLinear, ParallelBlock, ParallelMLP, ParallelSelfAttention, RowParallelLinear,
-                      VocabParallelEmbedding, tensor_parallel_gpt)
+                      VocabParallelEmbedding, TensorParallelGPT)
 
 B, S, D, HEADS, VOCAB = 2, 4, 8, 4, 10
 # Parameters the paper splits (column-parallel q, k, v, fc with their biases; row-parallel
@@ -29,7 +29,7 @@ def one_step_stats(n_layer, tp, sp):
 
     def rank():
         group = parallel.world()
-        model = tensor_parallel_gpt(gpt, group, sequence_parallel=sp)
+        model = TensorParallelGPT(gpt, group, sequence_parallel=sp)
         group.reset_stats()
         _, loss = model(idx, idx)
         loss.backward()
@@ -79,7 +79,7 @@ def test_per_rank_parameter_bytes_are_the_sharded_share_plus_the_replicated(tp):
         else:
             replicated += p.data.nbytes
     per_rank = parallel.run_threads(
-        tp, lambda: sum(p.data.nbytes for p in tensor_parallel_gpt(gpt, parallel.world()).parameters()), timeout=60)
+        tp, lambda: sum(p.data.nbytes for p in TensorParallelGPT(gpt, parallel.world()).parameters()), timeout=60)
     assert per_rank == [sharded / tp + replicated] * tp
 
 
@@ -89,7 +89,7 @@ def test_every_layer_that_should_be_parallel_is(sp):
     dense_shapes = {name: p.shape for name, p in gpt.named_parameters()}
 
     def rank():
-        model = tensor_parallel_gpt(gpt, parallel.world(), sequence_parallel=sp)
+        model = TensorParallelGPT(gpt, parallel.world(), sequence_parallel=sp)
         return ({name: type(m) for name, m in model.named_modules()},
                 {name: (p.shape, getattr(p, "tp_axis", None), getattr(p, "full_shape", None),
                         getattr(p, "tp_partial_grad", False)) for name, p in model.named_parameters()})
@@ -126,7 +126,7 @@ def test_load_full_state_dict_keeps_each_ranks_shards_and_gathers_back_the_origi
     state = GPT(source.config).double().state_dict()
 
     def rank():
-        model = tensor_parallel_gpt(source, parallel.world())
+        model = TensorParallelGPT(source, parallel.world())
         model.load_full_state_dict(state)
         gathered = model.full_state_dict()
         with pytest.raises(ValueError, match=r"'lm_head.weight' has shape \(9, 8\) in the checkpoint but \(10, 8\)"):

@@ -11,7 +11,7 @@ import numpy as np
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.optim import AdamW
-from parallel import tensor_parallel_gpt
+from parallel import TensorParallelGPT
 
 from helpers import assert_close
 
@@ -58,7 +58,7 @@ def run_dense(config, seed, batches):
 
 def run_tensor_parallel(config, seed, batches, group, sequence_parallel, dropout_seed=0):
     """The same training on this rank's TP model: records, dense state dict, replicated params."""
-    model = tensor_parallel_gpt(dense_gpt(config, seed), group, sequence_parallel=sequence_parallel,
+    model = TensorParallelGPT(dense_gpt(config, seed), group, sequence_parallel=sequence_parallel,
                                 seed=dropout_seed)
     records = train(model, batches, model.gather_logits, model.full_grads, model.finish_grad_sync)
     replicated = {name: p.data.copy() for name, p in model.named_parameters() if not hasattr(p, "tp_axis")}

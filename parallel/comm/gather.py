@@ -1,19 +1,31 @@
-"""Merge named arrays held by different ranks into one dict on every rank.
+"""Gathers of data whose size differs from rank to rank, on buffer collectives only.
 
-Each pipeline rank holds a disjoint part of the model (`blocks.2.*` on one rank,
-`blocks.0.*` on another); `gather_named_arrays` gives every rank the union, so a
-pipeline's parameters and gradients compare name by name with the single-device
-model. Only buffer collectives are used: the names, dtypes and shapes travel as an
-int64 "header" (a name as its UTF-8 bytes), then the values as one flat buffer per
-dtype. Variable lengths are handled by gathering the lengths first and padding.
+    all_gather_ragged   1-D arrays of different lengths (gather the lengths, then pad)
+    all_gather_json     any JSON-able value (its UTF-8 bytes travel as numbers)
+    gather_named_arrays {name: array} dicts merged into one (e.g. each pipeline rank's
+                        parameters, so they compare name by name with one device)
+
+Names, dtypes and shapes travel as an int64 "header"; `describe` / `read_description`
+write and read the [dtype code, ndim, *shape] part of it, which the MPI backend's
+point-to-point header uses too.
 """
 import json
 
 import numpy as np
 
-from ..comm.group import SUPPORTED_DTYPES
-from .schedules import KINDS
-from .timeline import Event
+from .group import SUPPORTED_DTYPES
+
+
+def describe(dtype, shape):
+    """[dtype code, ndim, *shape]: what a receiver needs to know of an array."""
+    return [SUPPORTED_DTYPES.index(np.dtype(dtype)), len(shape), *shape]
+
+
+def read_description(codes, i=0):
+    """(dtype, shape, index after it) of the description written by `describe` at codes[i]."""
+    dtype, ndim = SUPPORTED_DTYPES[int(codes[i])], int(codes[i + 1])
+    shape = tuple(int(n) for n in codes[i + 2:i + 2 + ndim])
+    return dtype, shape, i + 2 + ndim
 
 
 def all_gather_ragged(group, flat):
@@ -29,39 +41,28 @@ def all_gather_ragged(group, flat):
 
 
 def all_gather_json(group, value):
-    """Every rank's JSON-able `value`, as a list in rank order (its UTF-8 bytes travel as numbers)."""
+    """Every rank's JSON-able `value`, as a list in rank order."""
     raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8).astype(np.int32)
     return [json.loads(row.astype(np.uint8).tobytes()) for row in all_gather_ragged(group, raw)]
 
 
-def all_gather_events(group, events, rank=None):
-    """Every rank's timeline events, on every rank; each labelled with `rank` when given
-    (e.g. the world rank), else with its own `Event.rank`. Six numbers travel per event."""
-    rows = np.array([[e.rank if rank is None else rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
-                     for e in events], dtype=np.float64).reshape(-1)
-    return [Event(int(r), KINDS[int(k)], int(mb), int(c), start, end)
-            for flat in all_gather_ragged(group, rows) for r, k, mb, c, start, end in flat.reshape(-1, 6)]
-
-
-def _encode_header(named):
-    """[len(name), *name bytes, dtype code, ndim, *shape] for every entry, as int64."""
+def encode_header(named):
+    """[len(name), *name bytes, *describe(array)] for every entry, as int64."""
     codes = []
     for name, array in named.items():
         raw = list(name.encode())
-        codes += [len(raw), *raw, SUPPORTED_DTYPES.index(array.dtype), array.ndim, *array.shape]
+        codes += [len(raw), *raw, *describe(array.dtype, array.shape)]
     return np.array(codes, dtype=np.int64)
 
 
-def _decode_header(codes):
-    """Inverse of _encode_header: [(name, dtype, shape)]."""
+def decode_header(codes):
+    """Inverse of encode_header: [(name, dtype, shape)]."""
     entries, i, codes = [], 0, codes.tolist()
     while i < len(codes):
         n = codes[i]
         name = bytes(codes[i + 1:i + 1 + n]).decode()
-        dtype, ndim = SUPPORTED_DTYPES[codes[i + 1 + n]], codes[i + 2 + n]
-        shape = tuple(codes[i + 3 + n:i + 3 + n + ndim])
+        dtype, shape, i = read_description(codes, i + 1 + n)
         entries.append((name, dtype, shape))
-        i += 3 + n + ndim
     return entries
 
 
@@ -69,9 +70,10 @@ def gather_named_arrays(group, named):
     """{name: array} of every rank of `group`, merged (in rank order) on every rank.
 
     Collective: every rank of the group must call it. Names must be disjoint across
-    ranks (a ValueError names a duplicate and its ranks)."""
+    ranks (a ValueError names a duplicate and its ranks). The values travel as one flat
+    buffer per dtype."""
     named = {name: np.ascontiguousarray(a) for name, a in named.items()}
-    entries = [_decode_header(h) for h in all_gather_ragged(group, _encode_header(named))]
+    entries = [decode_header(h) for h in all_gather_ragged(group, encode_header(named))]
     owner = {}
     for rank, rank_entries in enumerate(entries):
         for name, _, _ in rank_entries:

@@ -1,0 +1,86 @@
+"""`ParallelModel`: what the checkpoints, the training job and its report need of a parallel model.
+
+They never ask which mechanisms a model composes; they call these names. `HybridGPT`
+(dp × tp × pp) is the implementation; a new layout joins by providing the same names.
+
+    config, mesh, optimizer      the GPTConfig, the Mesh, the optimizer (None before configure_optimizer)
+    layout()                     the layout's switches as a JSON-able dict (kept in checkpoints)
+    named_parameters()           this rank's parameters by single-device name; a tensor-parallel
+                                 shard is described by tensor_parallel.sharding.tp_axis / dense_shape
+    named_modules()              this rank's modules by name (where the dropout generators live)
+    train_step(idx, targets)     forward + backward of one global batch, gradients ADDED; mean loss
+    finish_grad_sync()           every gradient reduction due (idempotent)
+    optimizer_step(), zero_grad()
+    full_state_dict(), full_grads(), load_full_state_dict(state), dense_gpt()
+                                 the single-device view (collectives over the whole mesh)
+    events()                     the last step's pipeline timeline events of this rank
+    communication_stats(), reset_communication_stats()
+                                 {(group name, kind): {calls, elements, bytes}} on this rank
+"""
+from abc import ABC, abstractmethod
+
+from minitensor.models.gpt import GPT
+
+
+class ParallelModel(ABC):
+    config = mesh = optimizer = None
+
+    @abstractmethod
+    def layout(self):
+        """{"dp": .., "tp": .., "pp": .., and every switch that shapes the computation}."""
+
+    @abstractmethod
+    def named_parameters(self):
+        """[(single-device name, Parameter)] of this rank."""
+
+    @abstractmethod
+    def named_modules(self):
+        """[(name, Module)] of this rank, each module once."""
+
+    @abstractmethod
+    def train_step(self, idx, targets):
+        """Forward and backward of one global batch (B, T); returns its mean loss on every rank."""
+
+    @abstractmethod
+    def finish_grad_sync(self):
+        """Run every gradient reduction that is due; a no-op when none is."""
+
+    @abstractmethod
+    def optimizer_step(self):
+        """Finish the gradient sync, step the optimizer, zero the gradients."""
+
+    @abstractmethod
+    def full_state_dict(self):
+        """Single-device-named parameters, gathered on every rank."""
+
+    @abstractmethod
+    def full_grads(self):
+        """Single-device-named gradients of the synced step, gathered on every rank."""
+
+    @abstractmethod
+    def load_full_state_dict(self, state):
+        """Load single-device-named parameters: each rank keeps its own pieces."""
+
+    @abstractmethod
+    def events(self):
+        """This rank's timeline events of the last step (pipeline.timeline.Event)."""
+
+    @abstractmethod
+    def communication_stats(self):
+        """{(group name, kind): {"calls", "elements", "bytes"}} on this rank since the last reset."""
+
+    @abstractmethod
+    def reset_communication_stats(self):
+        """Start counting communication afresh."""
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def dense_gpt(self):
+        """A single-device GPT holding the gathered parameters (on every rank), in eval mode."""
+        model = GPT(self.config, dtype=self.parameters()[0].dtype)
+        model.load_state_dict(self.full_state_dict())
+        return model.eval()
+
+    def num_parameters(self):
+        return sum(p.size for p in self.parameters())

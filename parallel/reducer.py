@@ -1,0 +1,97 @@
+"""The gradient reducer: gradients summed over a group through flat buckets.
+
+    pack     copy each parameter's .grad into one flat buffer per bucket (no grad: zeros)
+    start    begin the bucket's all-reduce, non-blocking
+    wait     finish it
+    unpack   write buffer / divisor back into each .grad
+
+One collective per bucket instead of one per parameter, and a bucket can travel
+while backward is still computing the gradients of the next ones. Every user of
+gradient communication goes through here: `DataParallel` (which starts buckets from
+its gradient hooks), `HybridGPT` (one reduction over dp after the pipeline schedule),
+the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and
+`ZeroOptimizer` (which reduce-scatters one padded bucket instead of all-reducing).
+"""
+import numpy as np
+
+MIB = 2**20
+
+
+def assign_buckets(params, bucket_bytes):
+    """Cut `params` (in the order they should start) into lists of at most `bucket_bytes`
+    bytes each. A larger parameter gets a bucket of its own; a new bucket also starts when
+    the dtype changes: one flat buffer holds one dtype."""
+    buckets, current, size = [], [], 0
+    for p in params:
+        if current and (size + p.data.nbytes > bucket_bytes or p.dtype != current[0].dtype):
+            buckets.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += p.data.nbytes
+    return buckets + [current] if current else buckets
+
+
+class Bucket:
+    """Parameters laid end to end in one flat buffer of `length` elements (default: just
+    enough; a longer buffer is zero-padded at the end, as ZeRO needs for equal chunks)."""
+
+    def __init__(self, params, length=None):
+        self.params = list(params)
+        ends = np.cumsum([p.size for p in self.params])
+        self.slices = [slice(end - p.size, end) for p, end in zip(self.params, ends)]
+        self.numel = int(ends[-1])
+        self.buffer = np.zeros(self.numel if length is None else length, self.params[0].dtype)
+
+    def pack(self):
+        """The gradients in the flat buffer (a parameter without a gradient counts as zeros)."""
+        for p, where in zip(self.params, self.slices):
+            self.buffer[where] = 0 if p.grad is None else p.grad.reshape(-1)
+        return self.buffer
+
+    def unpack(self, divisor=1):
+        """Write buffer / divisor back into each `.grad` (in place when there is one)."""
+        for p, where in zip(self.params, self.slices):
+            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
+
+    def pack_values(self):
+        """The parameters' values in the flat buffer (overwrites the packed gradients)."""
+        for p, where in zip(self.params, self.slices):
+            self.buffer[where] = p.data.reshape(-1)
+        return self.buffer
+
+    def unpack_values(self, flat):
+        """Copy consecutive pieces of `flat` into the parameters' values, in place."""
+        for p, where in zip(self.params, self.slices):
+            p.data[...] = flat[where].reshape(p.shape)
+
+
+class Reducer:
+    """Sum the gradients of `params` over `group`, bucket by bucket, and divide by `divisor`
+    (group.size: the mean, as data parallelism needs; 1: the plain sum).
+
+    Buckets start in index order (`start_next`), so every rank issues the same collectives
+    in the same order; `finish()` starts the rest, waits for all and unpacks."""
+
+    def __init__(self, params, group, bucket_mb=25, divisor=None):
+        self.group = group
+        self.divisor = group.size if divisor is None else divisor
+        self.buckets = [Bucket(ps) for ps in assign_buckets(params, bucket_mb * MIB)]
+        self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
+
+    @property
+    def started(self):
+        """How many buckets have their all-reduce started this round."""
+        return len(self.requests)
+
+    def start_next(self):
+        bucket = self.buckets[self.started]
+        self.requests.append(self.group.all_reduce(bucket.pack(), async_op=True))
+
+    def finish(self):
+        """Start every bucket not yet started, wait for all, write the results into .grad."""
+        while self.started < len(self.buckets):
+            self.start_next()
+        for bucket, request in zip(self.buckets, self.requests):
+            request.wait()
+            bucket.unpack(self.divisor)
+        self.requests = []
