@@ -184,8 +184,9 @@ class HybridGPT(ParallelModel):
         return {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
 
     def communication_stats(self):
-        """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset."""
-        return {(name, kind): counts for name, group in self.groups().items()
+        """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
+        A group of one rank is left out: its collectives move nothing."""
+        return {(name, kind): counts for name, group in self.groups().items() if group.size > 1
                 for kind, counts in group.stats().items()}
 
     def reset_communication_stats(self):

@@ -1,5 +1,5 @@
 """Pipeline parallelism: schedules as data, their checker, timelines."""
-from .checker import DeadlockError, ScheduleError, ScheduleReport, check_schedule, simulate
+from .checker import ScheduleDeadlockError, ScheduleError, ScheduleReport, check_schedule, simulate
 from .schedules import (Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk,
                         stage_of)
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio

@@ -5,7 +5,7 @@
 waits until the peer posts the matching receive (rendezvous). Along the way
 it proves, or raises a `ScheduleError` naming the first violation:
 
-  * no deadlock: if every unfinished rank is blocked, a `DeadlockError`
+  * no deadlock: if every unfinished rank is blocked, a `ScheduleDeadlockError`
     names the chain of waits (rank, action) and the cycle it closes;
   * happens-before: forward(mb, s) after forward(mb, s-1), backward(mb, s)
     after backward(mb, s+1), backward(mb, s) after forward(mb, s), each
@@ -30,7 +30,7 @@ class ScheduleError(ValueError):
     """A schedule that would compute wrong gradients or never finish."""
 
 
-class DeadlockError(ScheduleError):
+class ScheduleDeadlockError(ScheduleError):
     """Every unfinished rank is blocked; `cycle` lists the (rank, action) waits."""
 
     def __init__(self, message, cycle):
@@ -177,10 +177,10 @@ class _Run:
             rank = self.current(rank).peer
         steps = " -> ".join(f"rank {r} blocks in {a}" for r, a in chain)
         if self.current(rank) is None:
-            raise DeadlockError(f"deadlock: {steps}, but rank {rank} has finished its list "
+            raise ScheduleDeadlockError(f"deadlock: {steps}, but rank {rank} has finished its list "
                                 f"(no matching action)", chain)
         cycle = chain[[r for r, _ in chain].index(rank):]
-        raise DeadlockError(f"deadlock: {steps} -> back to rank {rank} (wait-for cycle of "
+        raise ScheduleDeadlockError(f"deadlock: {steps} -> back to rank {rank} (wait-for cycle of "
                             f"ranks {[r for r, _ in cycle]})", cycle)
 
     def check_complete(self, m):

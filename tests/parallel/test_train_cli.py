@@ -61,6 +61,13 @@ def test_check_on_eight_threads_prints_the_report_and_passes(capsys, tmp_path):
     assert {e["pid"] for e in events if e["ph"] == "X"} == set(range(8))
 
 
+def test_the_communication_table_leaves_out_groups_of_one_rank(capsys):
+    main(flags("--threads", "2", "--dp", "2"))
+    out = capsys.readouterr().out
+    assert re.search(r"^  dp all_reduce +\d+ calls", out, re.M)
+    assert not re.search(r"^  (tp|pp) ", out, re.M)  # tp = pp = 1: nothing moved there
+
+
 def test_check_reports_the_dtype_it_needs():
     with pytest.raises(SystemExit) as exit_info:
         main(flags("--check", "--dtype", "float32"))

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from strategies import pipeline_shapes
 
-from parallel.pipeline import (Action, DeadlockError, ScheduleError, check_schedule, get_schedule,
+from parallel.pipeline import (Action, ScheduleDeadlockError, ScheduleError, check_schedule, get_schedule,
                                gpipe, one_f_one_b)
 
 
@@ -40,7 +40,7 @@ def naive_1f1b(p, m):
 
 
 def test_naive_1f1b_deadlocks_under_rendezvous():
-    with pytest.raises(DeadlockError) as error:
+    with pytest.raises(ScheduleDeadlockError) as error:
         check_schedule(naive_1f1b(2, 3), 2, 3)
     assert [(r, str(a)) for r, a in error.value.cycle] == [
         (0, "send_fwd(mb=1, chunk=0) to rank 1"),
@@ -52,7 +52,7 @@ def test_swapped_sends_deadlock_and_name_the_cycle():
     schedule = gpipe(2, 2)
     F0, send0, F1, send1 = schedule[0][:4]
     schedule[0][:4] = [F0, F1, send1, send0]
-    with pytest.raises(DeadlockError) as error:
+    with pytest.raises(ScheduleDeadlockError) as error:
         check_schedule(schedule, 2, 2)
     assert str(error.value) == (
         "deadlock: rank 0 blocks in send_fwd(mb=1, chunk=0) to rank 1 -> rank 1 blocks in "
@@ -60,7 +60,7 @@ def test_swapped_sends_deadlock_and_name_the_cycle():
 
 
 def test_a_send_nobody_receives_waits_on_a_finished_rank():
-    with pytest.raises(DeadlockError, match="rank 1 has finished its list"):
+    with pytest.raises(ScheduleDeadlockError, match="rank 1 has finished its list"):
         check_schedule([gpipe(2, 1)[0], []], 2, 1)
 
 
