@@ -74,9 +74,9 @@ def test_every_term_equals_the_hand_computed_value_for_a_small_layout():
     message = 2 * 4 * 8 * 4                     # b·s·h float32 activations = 256 B
     # tp: ranks 0,1 share a node; a ring all-reduce of 2 ranks is 2·1·(α + 128 B·β); checkpointing
     # recomputes the forward, so 6 all-reduces per block (4 without); one block per stage.
-    tp_mb = 6 * 2 * (intra[0] + 128 * intra[1])
+    tp_mb = 6 * 2 * (intra[0] + message / 2 * intra[1])
     # pp: ranks tp·dp = 4 apart, other node; one send forward and one backward per micro-batch.
-    pp_mb = 2 * (inter[0] + 256 * inter[1])
+    pp_mb = 2 * (inter[0] + message * inter[1])
     # compute, last stage (the slowest: it has lm_head): one block fwd twice + bwd,
     # (8·12·h² + 16·s·h)·T = 53,248 flops, plus lm_head 6·V·h·T = 6,144; / tp; at 1e9·0.5 flop/s.
     compute_mb = (53248 + 6144) / 2 / 5e8

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minitensor.models.gpt import GPTConfig
-from parallel.plan import Layout, get_config, param_bytes_per_rank, param_count
+from parallel.plan import Layout, get_config, param_bytes_per_rank
 from parallel.plan.memory import (activation_bytes_per_rank, block_activation_bytes,
                                   in_flight_micro_batches, memory_per_rank, micro_batch_size,
                                   peak_memory)
