@@ -7,6 +7,7 @@ equal to the uninterrupted run to 1e-9 relative (reductions run in another order
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -231,6 +232,65 @@ def test_a_crash_between_shard_writes_leaves_latest_at_the_previous_checkpoint(t
     save_after(tmp_path, (2, 1, 1), 2)  # the leftover of the crashed save is replaced
     assert (tmp_path / "latest").read_text().strip() == "step_000002"
     assert not (tmp_path / "step_000002.tmp").exists()
+
+
+class CrashingFileSystem:
+    """Stands in for the `os` and `shutil` modules and the `open` that checkpoint/files.py
+    uses: every file-system step (open, fsync, rename, replace, rmtree) is counted, and the
+    one numbered `crash_at` raises instead of happening, as if the machine died there."""
+
+    STEPS = ("open", "fsync", "rename", "replace", "rmtree")
+
+    def __init__(self, crash_at=None):
+        self.crash_at, self.steps = crash_at, []
+
+    def __getattr__(self, name):
+        real = getattr(os if hasattr(os, name) else shutil, name)
+        if name not in self.STEPS:
+            return real
+        return lambda *args, **kw: self.step(name, real, *args, **kw)
+
+    def step(self, name, real, *args, **kw):
+        if len(self.steps) == self.crash_at:
+            raise OSError(f"crash before {name} (injected)")
+        self.steps.append(name)
+        return real(*args, **kw)
+
+    def install(self, monkeypatch):
+        from parallel.checkpoint import files
+        monkeypatch.setattr(files, "os", self)
+        monkeypatch.setattr(files, "shutil", self)
+        monkeypatch.setattr(files, "open", lambda *a, **kw: self.step("open", open, *a, **kw), raising=False)
+
+
+def test_a_crash_at_any_step_of_the_commit_leaves_latest_at_a_complete_checkpoint(tmp_path, monkeypatch):
+    # Every step of a save (shard, manifest, rename, latest, prune) is crashed in turn; with
+    # keep=1 the save of step 2 also deletes step 1. Whatever the crash point, `latest` names
+    # a complete checkpoint that loads, and step 1 is gone only once `latest` names step 2.
+    model = hybrid()
+    first = tmp_path / "first"
+    save_checkpoint(first, model, step=1)
+    normal = CrashingFileSystem()
+    with monkeypatch.context() as patch:
+        normal.install(patch)
+        shutil.copytree(first, tmp_path / "count")
+        save_checkpoint(tmp_path / "count", model, step=2, keep=1)
+    assert {"open", "fsync", "rename", "replace", "rmtree"} <= set(normal.steps)
+    for crash_at in range(len(normal.steps)):
+        directory = tmp_path / f"crash_{crash_at}"
+        shutil.copytree(first, directory)
+        crashing = CrashingFileSystem(crash_at)
+        with monkeypatch.context() as patch:
+            crashing.install(patch)
+            with pytest.raises(OSError, match="injected"):
+                save_checkpoint(directory, model, step=2, keep=1)
+        where = f"crash before step {crash_at} ({normal.steps[crash_at]}) of {normal.steps}"
+        latest = (directory / "latest").read_text().strip()
+        assert latest in ("step_000001", "step_000002"), where
+        assert (directory / latest / "manifest.json").is_file(), where
+        assert load_checkpoint(directory, model)["step"] == int(latest[-1]), where
+    assert (tmp_path / "count" / "latest").read_text().strip() == "step_000002"
+    assert sorted(p.name for p in (tmp_path / "count").iterdir()) == ["latest", "step_000002"]
 
 
 def test_the_newest_k_checkpoints_are_kept_and_a_step_is_never_overwritten(tmp_path):

@@ -179,3 +179,70 @@ def test_a_rank_whose_loss_reaches_no_parameter_still_takes_part_in_the_sync(ins
     for weight_grad, bias_grad in run_threads(2, rank_fn, timeout=30):
         np.testing.assert_array_equal(weight_grad, np.full((2, 3), 0.5))
         np.testing.assert_array_equal(bias_grad, np.full(2, 0.5))
+
+
+def test_on_a_sub_group_gradients_are_averaged_over_the_sub_group_only():
+    # A world of 4 split into two dp groups of 2: ranks {0, 2} and {1, 3}. Rank r feeds
+    # (r + 1)·x, so its group's average input is 2·x for {0, 2} and 3·x for {1, 3}.
+    x = np.arange(6.0).reshape(2, 3)
+
+    def rank_fn():
+        world = parallel.world()
+        group = world.split(color=world.rank % 2, key=world.rank)
+        mt.manual_seed(0)
+        dp = DataParallel(nn.Linear(3, 2).double(), group)
+        dp(mt.tensor(x * (world.rank + 1))).sum().backward()
+        return group.size, dp.module.weight.grad, group.stats()["all_reduce"]["calls"], world.stats()
+
+    for rank, (size, grad, calls, world_stats) in enumerate(run_threads(4, rank_fn, timeout=30)):
+        assert size == 2 and calls == 1
+        np.testing.assert_array_equal(grad, np.tile(x.sum(axis=0) * (2 + rank % 2), (2, 1)))
+        assert "all_reduce" not in world_stats  # nothing crossed to the other group
+
+
+class Chain(nn.Module):
+    """Three Linears registered (and run) in order; the first has no bias, so its weight
+    is the one parameter whose gradient is final last."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.middle, self.last = nn.Linear(3, 4, bias=False), nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.last(self.middle(self.first(x))).sum()
+
+
+class AllReduceWatch:
+    """The group, noting for each all_reduce the size of the buffer and whether backward had
+    already produced the gradient that is final last (the first layer's weight). The real
+    all-reduce still runs."""
+
+    def __init__(self, group, last_gradient_of):
+        self.group, self.last_gradient_of, self.calls = group, last_gradient_of, []
+
+    def __getattr__(self, name):
+        return getattr(self.group, name)
+
+    def all_reduce(self, arr, *args, **kwargs):
+        self.calls.append((arr.size, self.last_gradient_of.grad is not None))
+        return self.group.all_reduce(arr, *args, **kwargs)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_buckets_hold_parameters_in_reverse_order_and_start_during_backward(overlap):
+    def rank_fn():
+        mt.manual_seed(0)
+        model = Chain().double()
+        group = AllReduceWatch(parallel.world(), model.first.weight)
+        dp = DataParallel(model, group, bucket_mb=1e-6, overlap=overlap)  # a bucket per parameter
+        order = [[name for p in bucket.params for name, q in model.named_parameters() if q is p]
+                 for bucket in dp.buckets]
+        dp(mt.tensor(np.ones((2, 3)))).backward()
+        return order, group.calls
+
+    for order, calls in run_threads(2, rank_fn, timeout=30):
+        assert order == [["last.bias"], ["last.weight"], ["middle.bias"], ["middle.weight"], ["first.weight"]]
+        assert [size for size, _ in calls] == [2, 8, 4, 16, 12]  # bucket 0 first
+        # Overlapped, every bucket but the last starts before backward reaches the first layer;
+        # without overlap, all of them wait for the end of backward.
+        assert [done for _, done in calls] == ([False] * 4 + [True] if overlap else [True] * 5)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 
 import parallel
+from minitensor import nn
 from minitensor.models.gpt import GPTConfig
 from parallel import HybridGPT, Mesh, run_threads
 
@@ -165,3 +166,34 @@ def test_checkpointing_with_tensor_parallel_dropout_recomputes_the_same_masks(se
     check_against_single(checkpointed, plain)
     other_masks = run(False, seed=1)
     assert other_masks[0][0] != plain[0][0]  # the masks matter: other streams, another loss
+
+
+def test_each_stage_seeds_its_dropout_streams_with_the_run_seed_plus_its_index():
+    # Stage s of a run with seed S: replicated stream default_rng([S + s, 0]) on every tp rank
+    # (same masks where the activations are replicated), sharded stream default_rng([S + s, 1,
+    # tp_rank]) (independent masks on each rank's own heads or positions). Stages differ.
+    seed, dp, tp, pp, chunks = 11, 1, 2, 2, 2
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=4, n_head=2, d_model=8, dropout=0.1)
+
+    def rank_fn():
+        model = HybridGPT(make_model(config, 0), Mesh(dp, tp, pp), microbatches=2, schedule="interleaved",
+                          chunks=chunks, seed=seed)
+        draws = {}
+        for stage in model.stages:
+            replicated, sharded = stage.generators()
+            dropouts = [m for m in stage.modules() if isinstance(m, nn.Dropout)]
+            assert dropouts and all(m.generator in (replicated, sharded) for m in dropouts)
+            draws[stage.stage] = (replicated.random(4), sharded.random(4))
+        return model.mesh.tp_rank, draws
+
+    drawn = {(tp_rank, stage): pair for tp_rank, draws in run_threads(dp * tp * pp, rank_fn, timeout=30)
+             for stage, pair in draws.items()}
+    assert sorted(drawn) == [(t, s) for t in range(tp) for s in range(pp * chunks)]
+    for (tp_rank, stage), (replicated, sharded) in drawn.items():
+        np.testing.assert_array_equal(replicated, np.random.default_rng([seed + stage, 0]).random(4))
+        np.testing.assert_array_equal(sharded, np.random.default_rng([seed + stage, 1, tp_rank]).random(4))
+    for stage in range(pp * chunks):  # what that means: tp ranks share only the replicated masks,
+        np.testing.assert_array_equal(drawn[0, stage][0], drawn[1, stage][0])
+        assert not np.array_equal(drawn[0, stage][1], drawn[1, stage][1])
+        for other in range(stage):     # and no two stages draw alike
+            assert not np.array_equal(drawn[0, stage][0], drawn[0, other][0])

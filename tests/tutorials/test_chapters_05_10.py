@@ -99,8 +99,11 @@ def test_ch7_gpipe_cut_schedule_bubble_and_trace(how, tmp_path):
     assert [r[0] for r in rows] == [1, 2, 4, 8]
     for m, loss_diff, grad_diff, measured, theory in rows:
         assert loss_diff <= EXACT and grad_diff <= EXACT
-        assert theory == pytest.approx(1 / (m + 1), abs=1e-3) and 0 < measured < 1
-    assert rows[0][3] > 0.3   # m = 1: one rank always waits for the other (timings vary; no finer claim)
+        assert theory == pytest.approx(1 / (m + 1), abs=1e-3)
+    # m = 1: F0 on rank 0, F0 and B0 on rank 1, B0 on rank 0 each wait for the one before, so no two
+    # computations overlap: busy time ≤ the makespan, idle ≥ half of 2 ranks × makespan, whatever the
+    # timings. (For m > 1 the measured figure depends on the machine's load; the theory is checked.)
+    assert rows[0][3] >= 0.5
     assert "rank 1 | " in out and trace.stat().st_size > 0
 
 

@@ -5,6 +5,7 @@ from hypothesis import given, strategies as st
 from parallel.plan import Layout, estimate, get_config, load_profile
 from parallel.plan.cost import all_gather, link, ring_all_reduce, send_recv, stage_flops
 from parallel.plan.model import stage_layers
+from minitensor.models.gpt import GPTConfig
 
 LAPTOP = load_profile("laptop-cpu")
 A100 = load_profile("a100-80gb")
@@ -56,6 +57,44 @@ def test_time_parts_and_bubble_fraction(dp, tp, pp, m):
     assert (comm["tp"] == 0) == (tp == 1)
     assert (comm["pp"] == 0) == (pp == 1)
     assert (comm["dp"] == 0) == (dp == 1)
+
+
+# A model small enough to cost by hand: V=16, s=4, 2 blocks, 2 heads, h=8.
+TINY = GPTConfig(vocab_size=16, block_size=4, n_layer=2, n_head=2, d_model=8)
+# Two devices per node: a group of 2 adjacent ranks is intra-node, ranks 2 apart are not.
+TWO_PER_NODE = {"name": "two-per-node", "peak_flops": {"float32": 1e9}, "efficiency": 0.5, "memory_gib": 1,
+                "devices_per_node": 2, "intra": {"alpha_us": 1.0, "bandwidth_gbps": 1.0},
+                "inter": {"alpha_us": 10.0, "bandwidth_gbps": 0.1}}
+
+
+def test_every_term_equals_the_hand_computed_value_for_a_small_layout():
+    # dp2·tp2·pp2, m=2, checkpointing, float32, batch 8: b = 8/(2·2) = 2 sequences, T = 8 tokens.
+    est = estimate(TINY, Layout(dp=2, tp=2, pp=2, micro_batches=2, checkpoint=True), 8, TWO_PER_NODE)
+    intra, inter = (1e-6, 1e-9), (1e-5, 1e-8)   # (α s, β s/B)
+    message = 2 * 4 * 8 * 4                     # b·s·h float32 activations = 256 B
+    # tp: ranks 0,1 share a node; a ring all-reduce of 2 ranks is 2·1·(α + 128 B·β); checkpointing
+    # recomputes the forward, so 6 all-reduces per block (4 without); one block per stage.
+    tp_mb = 6 * 2 * (intra[0] + message / 2 * intra[1])
+    # pp: ranks tp·dp = 4 apart, other node; one send forward and one backward per micro-batch.
+    pp_mb = 2 * (inter[0] + message * inter[1])
+    # compute, last stage (the slowest: it has lm_head): one block fwd twice + bwd,
+    # (8·12·h² + 16·s·h)·T = 53,248 flops, plus lm_head 6·V·h·T = 6,144; / tp; at 1e9·0.5 flop/s.
+    compute_mb = (53248 + 6144) / 2 / 5e8
+    # dp: ranks tp = 2 apart, so the pair spans two nodes; the largest stage (0: a block of 460
+    # parameters per tp rank, half the token table 8·8 and the positions 4·8) has 556 parameters:
+    # 2224 B of float32 gradients, a 2-rank ring all-reduce of 2·1·(α + 1112 B·β).
+    dp_time = 2 * (inter[0] + 1112 * inter[1])
+    expected_comm = {"tp": 2 * tp_mb, "pp": 2 * pp_mb, "dp": dp_time}
+    for kind, seconds in expected_comm.items():
+        assert est.comm[kind] == pytest.approx(seconds, rel=1e-12), kind
+    t_stage = compute_mb + tp_mb + pp_mb
+    assert est.time["compute"] == pytest.approx(2 * compute_mb, rel=1e-12)
+    assert est.time["bubble"] == pytest.approx(1 * t_stage, rel=1e-12)   # (p − 1)·t_stage
+    assert est.time["total"] == pytest.approx(2 * compute_mb + sum(expected_comm.values()) + t_stage, rel=1e-12)
+    # The same layout without checkpointing: 4 all-reduces per block, 3 passes of the block.
+    plain = estimate(TINY, Layout(dp=2, tp=2, pp=2, micro_batches=2), 8, TWO_PER_NODE)
+    assert plain.comm["tp"] == pytest.approx(2 * 4 * 2 * (intra[0] + 128 * intra[1]), rel=1e-12)
+    assert plain.time["compute"] == pytest.approx(2 * (39936 + 6144) / 2 / 5e8, rel=1e-12)
 
 
 def test_sequence_parallel_same_time_less_activation_memory():

@@ -2,7 +2,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from parallel.plan import Layout, get_config, param_bytes_per_rank, param_count
+from minitensor.models.gpt import GPTConfig
+from parallel.plan import Layout, get_config, param_bytes_per_rank
 from parallel.plan.memory import (activation_bytes_per_rank, block_activation_bytes,
                                   in_flight_micro_batches, memory_per_rank, micro_batch_size,
                                   peak_memory)
@@ -32,9 +33,10 @@ def test_zero1_shards_adam_states_by_ceil_division(dp):
 
 
 def test_rank_coords_tuple_or_dict_and_range_checks():
-    by_tuple = param_bytes_per_rank(SMALL, 2, 2, 2, (1, 1, 1))
-    assert by_tuple == param_bytes_per_rank(SMALL, 2, 2, 2, {"dp": 1, "tp": 1, "pp": 1})
-    assert by_tuple["params"] == 4 * param_count(SMALL, tp=2, pp=2, stage=1)
+    by_tuple = param_bytes_per_rank(TINY, 2, 2, 2, (1, 1, 1))
+    assert by_tuple == param_bytes_per_rank(TINY, 2, 2, 2, {"dp": 1, "tp": 1, "pp": 1})
+    # last stage, tp=2: one block of 460 parameters per rank, ln_f 2·8, half of lm_head 8·8
+    assert by_tuple == {"params": 540 * 4, "grads": 540 * 4, "optim": 540 * 8}
     with pytest.raises(ValueError, match="pp_rank=2 out of range for pp=2"):
         param_bytes_per_rank(SMALL, 2, 2, 2, (0, 0, 2))
     with pytest.raises(ValueError, match="unknown dtype 'float16'"):
@@ -61,25 +63,38 @@ def test_in_flight_micro_batches():
     assert [in_flight_micro_batches("gpipe", 8, 4, stage) for stage in range(4)] == [8] * 4
 
 
-def test_stage_activations_multiply_layers_and_in_flight():
-    layout = Layout(dp=1, tp=1, pp=2, micro_batches=4)
-    per_block = block_activation_bytes(SMALL, 2)
-    assert activation_bytes_per_rank(SMALL, layout, 2, stage=0) == 1 * per_block * 2
-    assert activation_bytes_per_rank(SMALL, layout, 2, stage=1) == 1 * per_block * 1
-    checkpointed = Layout(pp=2, micro_batches=4, checkpoint=True)
-    # the kept block inputs plus one block recomputed in full during backward
-    assert activation_bytes_per_rank(SMALL, checkpointed, 2, stage=0) == \
-        2 * block_activation_bytes(SMALL, 2, checkpoint=True) + per_block
+# Small enough to count by hand: V=16, s=4, 2 blocks, a=2 heads, h=8. One block on one tp=2
+# rank holds 460 parameters: ln_1, ln_2 4·8; q, k, v 3·(64 + 8)/2; attn.proj 64/2 + 8;
+# mlp.fc (256 + 32)/2; mlp.proj 256/2 + 8. Stage 0 adds half the token table (8·8) and the
+# positions (4·8): 556; the last stage adds ln_f (2·8) and half of lm_head (8·8): 540.
+TINY = GPTConfig(vocab_size=16, block_size=4, n_layer=2, n_head=2, d_model=8)
+# Activations per block, b=2 sequences, tp=2, float32 (2× the 2-byte formula):
+# s·b·h·(10 + 24/t + 5·a·s/(h·t))·2 = 64·(10 + 12 + 2.5)·2 = 3136 B.
+BLOCK = 3136
+
+
+@pytest.mark.parametrize("stage, in_flight", [(0, 2), (1, 1)])
+def test_stage_activations_are_blocks_times_micro_batches_in_flight(stage, in_flight):
+    layout = Layout(dp=2, tp=2, pp=2, micro_batches=2)
+    assert activation_bytes_per_rank(TINY, layout, 2, stage) == BLOCK * in_flight   # 1F1B: min(m, p − stage)
+    gpipe = Layout(dp=2, tp=2, pp=2, micro_batches=2, schedule="gpipe")
+    assert activation_bytes_per_rank(TINY, gpipe, 2, stage) == BLOCK * 2            # GPipe: all m
+    # checkpointing keeps each block's input, 2·s·b·h·2 = 256 B, plus one block in full while recomputed
+    checkpointed = Layout(dp=2, tp=2, pp=2, micro_batches=2, checkpoint=True)
+    assert activation_bytes_per_rank(TINY, checkpointed, 2, stage) == 256 * in_flight + BLOCK
+    # sequence parallel splits everything: s·b·h·(34 + 5·a·s/h)/t·2 = 64·39 = 2496 B
+    sp = Layout(dp=2, tp=2, pp=2, micro_batches=2, sequence_parallel=True)
+    assert activation_bytes_per_rank(TINY, sp, 2, stage) == 2496 * in_flight
 
 
 def test_memory_per_rank_and_peak_stage():
-    layout = Layout(dp=2, tp=1, pp=2, micro_batches=4, zero=True)
-    memory = memory_per_rank(SMALL, layout, batch=16, rank_coords=(1, 0, 0))
-    assert memory["total"] == memory["params"] + memory["grads"] + memory["optim"] + \
-        memory["activations"]
-    stage, peak = peak_memory(SMALL, layout, batch=16)
-    assert stage == 0 and peak == memory_per_rank(SMALL, layout, 16, (0, 0, 0))
-    assert peak["total"] >= memory_per_rank(SMALL, layout, 16, (0, 0, 1))["total"]
+    # dp=3 with ZeRO-1: ceil(556 / 3) = 186 and ceil(540 / 3) = 180 elements of AdamW state
+    layout = Layout(dp=3, tp=2, pp=2, micro_batches=2, zero=True)
+    first = {"params": 556 * 4, "grads": 556 * 4, "optim": 186 * 8, "activations": 2 * BLOCK}
+    last = {"params": 540 * 4, "grads": 540 * 4, "optim": 180 * 8, "activations": 1 * BLOCK}
+    assert memory_per_rank(TINY, layout, batch=12, rank_coords=(2, 1, 0)) == {**first, "total": 12208}
+    assert memory_per_rank(TINY, layout, batch=12, rank_coords=(0, 0, 1)) == {**last, "total": 8896}
+    assert peak_memory(TINY, layout, batch=12) == (0, {**first, "total": 12208})
 
 
 def test_micro_batch_size_divisibility():

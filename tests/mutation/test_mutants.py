@@ -1,0 +1,44 @@
+"""The mutation check's data is well-formed (the mutants themselves are not run here: that
+takes minutes; see tests/mutation/run.py and the README's Development section)."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+spec = importlib.util.spec_from_file_location("mutation_run", HERE / "run.py")
+run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run)
+
+MUTANTS = run.load_mutants()
+AREAS = ["minitensor/autograd.py", "minitensor/ops.py", "minitensor/nn/functional.py", "minitensor/optim.py",
+         "parallel/comm/", "parallel/comm/ring.py", "parallel/mesh.py", "parallel/data_parallel.py",
+         "parallel/zero.py", "parallel/tensor_parallel/mappings.py", "parallel/tensor_parallel/layers.py",
+         "parallel/tensor_parallel/vocab.py", "parallel/pipeline/schedules.py", "parallel/pipeline/executor.py",
+         "parallel/pipeline/checker.py", "parallel/checkpoint/", "parallel/plan/", "parallel/train/loop.py",
+         "parallel/hybrid.py"]
+
+
+def test_at_least_40_mutants_with_unique_names_cover_every_mechanism():
+    names = [m["name"] for m in MUTANTS]
+    assert len(names) >= 40 and len(set(names)) == len(names)
+    for area in AREAS:
+        assert any(m["file"].startswith(area) for m in MUTANTS), f"no mutant in {area}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m["name"])
+def test_every_mutant_names_an_existing_file_and_tests(mutant):
+    assert (run.REPO / mutant["file"]).is_file()
+    assert mutant["original"] and mutant["original"] != mutant["mutated"]
+    assert mutant["tests"] and all(isinstance(t, str) for t in mutant["tests"])
+    for test in mutant["tests"]:
+        path = run.REPO / test.split("::")[0]
+        assert path.is_file() and path.name.startswith("test_") and path.is_relative_to(run.REPO / "tests"), test
+
+
+def test_a_mutant_whose_original_text_is_gone_is_reported_and_counts_as_a_failure(tmp_path):
+    (tmp_path / "lib.py").write_text("x = 1\n")
+    gone = {"name": "gone", "file": "lib.py", "original": "x = 2", "mutated": "x = 3", "tests": ["test_x.py"]}
+    assert run.run_one(gone, tmp_path, ["lib.py"], timeout=10)[0] == "original text not found"
+    assert not run.plant(tmp_path, gone) and run.plant(tmp_path, {**gone, "original": "x = 1"})
+    assert (tmp_path / "lib.py").read_text() == "x = 3\n"
