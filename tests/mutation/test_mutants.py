@@ -16,7 +16,7 @@ AREAS = ["minitensor/autograd.py", "minitensor/ops.py", "minitensor/nn/functiona
          "parallel/zero.py", "parallel/tensor_parallel/mappings.py", "parallel/tensor_parallel/layers.py",
          "parallel/tensor_parallel/vocab.py", "parallel/pipeline/schedules.py", "parallel/pipeline/executor.py",
          "parallel/pipeline/checker.py", "parallel/checkpoint/", "parallel/plan/", "parallel/train/loop.py",
-         "parallel/hybrid.py"]
+         "parallel/hybrid.py", "parallel/reducer.py", "parallel/tensor_parallel/model.py"]
 
 
 def test_at_least_40_mutants_with_unique_names_cover_every_mechanism():
