@@ -75,7 +75,7 @@ def expected_counts(model, mesh):
           (unless first), b·T·C each, and received likewise; the loss broadcast from the last
           stage (1 element) and the timeline's barrier.
       dp: the gradients once per step (one bucket holds all of them) and the loss (1 element).
-    A group of one rank counts its calls too (moving 0 bytes), so the formula holds for any layout.
+    A group of one rank moves nothing and is left out (HybridGPT.communication_stats).
     """
     stage, b = model.stages[0], BATCH // (mesh.dp * M)
     blocks, act, tokens = len(stage.blocks.indices()), b * SEQ * CONFIG.d_model, b * SEQ
@@ -85,7 +85,8 @@ def expected_counts(model, mesh):
                                      M * ((4 * blocks + first + last) * act + 3 * tokens * last)),
               ("pp", "send"): p2p, ("pp", "recv"): p2p, ("pp", "broadcast"): (1, 1), ("pp", "barrier"): (1, 0),
               ("dp", "all_reduce"): (2, model.num_parameters() + 1)}
-    return {key: value for key, value in counts.items() if value[0]}   # a group of one rank counts too
+    sizes = mesh.sizes()
+    return {key: value for key, value in counts.items() if value[0] and sizes[key[0]] > 1}
 
 
 def main(dp, tp, pp):
