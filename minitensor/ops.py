@@ -33,13 +33,12 @@ def as_tensor(value, like):
     return Tensor(array)
 
 
-def check_same_dtype(op, *tensors):
-    """Ops never convert between float dtypes on their own (a float32 model must stay
-    float32): different dtypes are an error that says how to convert."""
-    dtypes = [str(t.dtype) for t in tensors]
-    if len(set(dtypes)) > 1:
-        raise TypeError(f"{op}: dtypes {dtypes} differ; convert one explicitly: t.to(mt.float32) (or .float(), "
-                        f".double()) for a tensor, mt.tensor(array, dtype=mt.float32) for a numpy array")
+def dtype_mismatch(op, *tensors):
+    """The error for tensors of different dtypes: ops never convert between float dtypes on
+    their own (a float32 model must stay float32), so the message says how to convert."""
+    return TypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ; convert one explicitly: "
+                     f"t.to(mt.float32) (or .float(), .double()) for a tensor, "
+                     f"mt.tensor(array, dtype=mt.float32) for a numpy array")
 
 
 def binary_operands(op, a, b):
@@ -47,8 +46,8 @@ def binary_operands(op, a, b):
     a = as_tensor(a, b) if not isinstance(a, Tensor) else a
     b = as_tensor(b, a)
     floats = [np.issubdtype(t.dtype, np.floating) for t in (a, b)]
-    if all(floats):
-        check_same_dtype(op, a, b)
+    if all(floats) and a.dtype != b.dtype:
+        raise dtype_mismatch(op, a, b)
     if floats[0] != floats[1]:  # an integer/bool tensor takes the float one's dtype (numpy would upcast)
         a, b = (a, Tensor(b.data.astype(a.dtype))) if floats[0] else (Tensor(a.data.astype(b.dtype)), b)
     try:
@@ -193,7 +192,8 @@ def matmul(a, b):
     a, b = (as_tensor(a, b), b) if isinstance(b, Tensor) else (a, as_tensor(b, a))
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
-    check_same_dtype("matmul", a, b)
+    if a.dtype != b.dtype:
+        raise dtype_mismatch("matmul", a, b)
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:

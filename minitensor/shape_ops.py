@@ -146,7 +146,8 @@ def getitem(a, index):
 def _check_dtypes(op, tensors):
     if not tensors:
         raise ValueError(f"{op}: needs at least one tensor")
-    ops.check_same_dtype(op, *tensors)
+    if len({t.dtype for t in tensors}) > 1:
+        raise ops.dtype_mismatch(op, *tensors)
 
 
 def concat(tensors, axis=0):

@@ -5,7 +5,7 @@ import numpy as np
 
 from minitensor import unary_ops
 from minitensor.autograd import Function
-from minitensor.ops import check_same_dtype
+from minitensor.ops import dtype_mismatch
 from minitensor.random import default_generator
 from minitensor.tensor import Tensor
 
@@ -157,8 +157,9 @@ def _input_in_dtype_of(op, x, *params):
     never a silent conversion.
     """
     x = x if isinstance(x, Tensor) else Tensor(x)
-    check_same_dtype(op, *params)
     want = params[0].dtype
+    if len({p.dtype for p in params}) > 1:
+        raise dtype_mismatch(op, *params)
     if x.dtype != want:
         raise TypeError(f"{op}: the input is {x.dtype} but the weights are {want}; cast the input: "
                         f"mt.tensor(x, dtype=mt.{want}) for a numpy array, x.to(mt.{want}) for a tensor")
