@@ -17,7 +17,11 @@ def check_sizes(layer, **sizes):
 
 
 class Linear(Module):
-    """y = x Wᵀ + b, weight (out, in). Init as PyTorch: U(±1/√in) for weight and bias."""
+    """y = x Wᵀ + b, weight (out, in). Init as PyTorch: U(±1/√in) for weight and bias.
+
+    The input must have the layer's dtype: make float64 numpy data float32 with
+    `mt.tensor(x, dtype=mt.float32)` (or the layer float64 with `.double()`).
+    """
 
     def __init__(self, in_features, out_features, bias=True, dtype=DEFAULT_FLOAT):
         check_sizes("Linear", in_features=in_features, out_features=out_features)
