@@ -45,6 +45,9 @@ class _Size(int):
     def __call__(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
 
+    def __reduce__(self):  # pickled or copied, it is the plain count
+        return int, (int(self),)
+
 
 class Tensor:
     """A numpy array (`.data`) that can record the ops applied to it.

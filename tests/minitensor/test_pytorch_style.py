@@ -3,6 +3,8 @@ torch-style creation functions, and tensor methods with PyTorch's names (dim=, k
 t, unsqueeze, squeeze, view, size, float/double/to, flatten), each equal to numpy and
 differentiable (gradcheck, float64). The first tests run a short training script written
 exactly as a PyTorch user would write it."""
+import copy
+import pickle
 import sys
 
 import numpy as np
@@ -205,6 +207,7 @@ def test_size_is_numpys_count_and_pytorchs_method():
     assert x.size == 24 and x.numel() == 24 and x.dim() == 3  # numpy's attribute still works
     assert x.size() == (2, 3, 4) and x.size(1) == 3 and x.size(-1) == 4
     assert sum(p.size for p in MLP(3, 5, 2).parameters()) == 3 * 5 + 5 + 5 * 2 + 2
+    assert pickle.loads(pickle.dumps(x.size)) == 24 and copy.deepcopy(x.size) == 24
 
 
 def test_float_double_and_to_convert_differentiably():
