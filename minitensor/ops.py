@@ -33,13 +33,21 @@ def as_tensor(value, like):
     return Tensor(array)
 
 
+def dtype_mismatch(op, *tensors):
+    """The error for tensors of different dtypes: ops never convert between float dtypes on
+    their own (a float32 model must stay float32), so the message says how to convert."""
+    return TypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ; convert one explicitly: "
+                     f"t.to(mt.float32) (or .float(), .double()) for a tensor, "
+                     f"mt.tensor(array, dtype=mt.float32) for a numpy array")
+
+
 def binary_operands(op, a, b):
     """Coerce both operands to tensors and check dtypes and broadcasting, naming the op."""
     a = as_tensor(a, b) if not isinstance(a, Tensor) else a
     b = as_tensor(b, a)
     floats = [np.issubdtype(t.dtype, np.floating) for t in (a, b)]
     if all(floats) and a.dtype != b.dtype:
-        raise TypeError(f"{op}: dtypes {a.dtype} and {b.dtype} differ; convert one explicitly")
+        raise dtype_mismatch(op, a, b)
     if floats[0] != floats[1]:  # an integer/bool tensor takes the float one's dtype (numpy would upcast)
         a, b = (a, Tensor(b.data.astype(a.dtype))) if floats[0] else (Tensor(a.data.astype(b.dtype)), b)
     try:
@@ -185,7 +193,7 @@ def matmul(a, b):
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
     if a.dtype != b.dtype:
-        raise TypeError(f"matmul: dtypes {a.dtype} and {b.dtype} differ; convert one explicitly")
+        raise dtype_mismatch("matmul", a, b)
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:

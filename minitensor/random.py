@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 
+from minitensor.tensor import DEFAULT_FLOAT
+
 _state = threading.local()
 
 
@@ -28,3 +30,15 @@ def get_rng_state():
 
 def set_rng_state(state):
     default_generator().bit_generator.state = state
+
+
+def uniform(shape, bound, dtype=DEFAULT_FLOAT, generator=None):
+    """U(−bound, bound), drawn in float64 then cast, so every dtype sees the same values."""
+    rng = generator if generator is not None else default_generator()
+    return rng.uniform(-bound, bound, size=shape).astype(dtype)
+
+
+def normal(shape, std, dtype=DEFAULT_FLOAT, generator=None):
+    """N(0, std²), drawn in float64 then cast, like `uniform`."""
+    rng = generator if generator is not None else default_generator()
+    return (rng.standard_normal(size=shape) * std).astype(dtype)

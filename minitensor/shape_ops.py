@@ -1,6 +1,7 @@
 """Differentiable ops that move elements around without changing their values."""
 import numpy as np
 
+from minitensor import ops
 from minitensor.autograd import Function
 from minitensor.tensor import Tensor
 
@@ -64,16 +65,51 @@ class Stack(Function):
         return tuple(np.moveaxis(grad, self.axis, 0))
 
 
+def dims_from_args(dims):
+    """`f(2, 3)` and `f((2, 3))` alike, as PyTorch allows: the dims as one tuple."""
+    return tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+
+
+def _check_dim(op, dim, n, shape):
+    """`dim` in [−n, n) as a non-negative index; out of range is an error naming it and the shape."""
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dim {dim} is out of range [{-n}, {n}) for a tensor of shape {shape}")
+    return dim % n
+
+
 def reshape(a, *shape):
-    shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
+    shape = dims_from_args(shape)
     try:
         return Reshape.apply(a, shape=shape)
     except ValueError:
         raise ValueError(f"reshape: cannot reshape {a.shape} ({a.size} elements) into {shape}") from None
 
 
+def flatten(a, start_dim=0, end_dim=-1):
+    """Merge dims start_dim..end_dim (inclusive) into one, as `torch.flatten`."""
+    if a.ndim == 0:
+        return Reshape.apply(a, shape=(1,))
+    start, end = _check_dim("flatten", start_dim, a.ndim, a.shape), _check_dim("flatten", end_dim, a.ndim, a.shape)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {a.shape}")
+    return Reshape.apply(a, shape=a.shape[:start] + (-1,) + a.shape[end + 1:])
+
+
+def unsqueeze(a, dim):
+    """A new size-1 dim at position `dim` (−ndim−1 ≤ dim ≤ ndim)."""
+    dim = _check_dim("unsqueeze", dim, a.ndim + 1, a.shape)
+    return Reshape.apply(a, shape=a.shape[:dim] + (1,) + a.shape[dim:])
+
+
+def squeeze(a, dim=None):
+    """Drop size-1 dims: all of them, or only `dim` (left as is when its size is not 1, as in PyTorch)."""
+    dims = range(a.ndim) if dim is None else [_check_dim("squeeze", dim, a.ndim or 1, a.shape)]
+    drop = {d for d in dims if a.ndim and a.shape[d] == 1}
+    return Reshape.apply(a, shape=tuple(n for d, n in enumerate(a.shape) if d not in drop))
+
+
 def permute(a, *axes):
-    axes = tuple(axes[0]) if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)) else axes
+    axes = dims_from_args(axes)
     if sorted(ax % a.ndim for ax in axes) != list(range(a.ndim)):
         raise ValueError(f"permute: {axes} is not a permutation of the {a.ndim} axes of {a.shape}")
     return Permute.apply(a, axes=tuple(ax % a.ndim for ax in axes))
@@ -84,6 +120,13 @@ def transpose(a, *axes):
     if not axes:
         return permute(a, tuple(reversed(range(a.ndim))))
     return swapaxes(a, *axes)
+
+
+def t(a):
+    """Transpose of a matrix (a tensor of ≤ 2 dims is returned transposed, as `torch.t`)."""
+    if a.ndim > 2:
+        raise ValueError(f"t: needs a tensor of at most 2 dims, got shape {a.shape}; use transpose(dim0, dim1)")
+    return transpose(a)
 
 
 def swapaxes(a, axis1, axis2):
@@ -104,7 +147,7 @@ def _check_dtypes(op, tensors):
     if not tensors:
         raise ValueError(f"{op}: needs at least one tensor")
     if len({t.dtype for t in tensors}) > 1:
-        raise TypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ")
+        raise ops.dtype_mismatch(op, *tensors)
 
 
 def concat(tensors, axis=0):

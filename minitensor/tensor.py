@@ -1,21 +1,52 @@
 """`Tensor`: one numpy array, an optional gradient, and the node that produced it."""
+import math
+import reprlib
+
 import numpy as np
 
 from minitensor import autograd
 
-DEFAULT_FLOAT = np.float32
+# PyTorch's dtype names; they are numpy's dtypes, so `mt.float32 is np.float32`.
+float32, float64, int64 = np.float32, np.float64, np.int64
+DEFAULT_FLOAT = float32
 
 
 def _as_array(data, dtype=None):
-    """numpy arrays and scalars keep their dtype; Python floats become float32, ints int64."""
+    """numpy arrays and scalars keep their dtype; Python floats become float32, ints int64.
+
+    Anything that is not numbers (a string, objects, ragged lists) is an error naming it.
+    """
     if isinstance(data, Tensor):
         data = data.data
-    if dtype is not None:
-        return np.asarray(data, dtype=dtype)
-    array = np.asarray(data)
-    if not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"tensor: cannot make a tensor of {_describe(data)} ({error})") from None
+    if array.dtype.kind not in "biuf":  # bool, signed, unsigned, float
+        raise TypeError(f"tensor: needs numbers (bool, int or float), got {_describe(data)} of numpy dtype {array.dtype}")
+    if dtype is None and not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
         array = array.astype(DEFAULT_FLOAT)
     return array
+
+
+def _describe(value):
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+class _Size(int):
+    """What `t.size` is: numpy's element count (an int), and, called, PyTorch's
+    `t.size()` (the shape) or `t.size(d)` (the length of dim d)."""
+
+    def __new__(cls, shape):
+        size = super().__new__(cls, math.prod(shape))
+        size.shape = shape
+        return size
+
+    def __call__(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def __reduce__(self):  # pickled or copied, it is the plain count
+        return int, (int(self),)
 
 
 class Tensor:
@@ -48,7 +79,7 @@ class Tensor:
     shape = property(lambda self: self.data.shape)
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
-    size = property(lambda self: self.data.size)
+    size = property(lambda self: _Size(self.data.shape))  # t.size (numpy) and t.size(), t.size(d) (PyTorch)
     T = property(lambda self: self.transpose())
     is_leaf = property(lambda self: self._node is None)
 
@@ -58,6 +89,12 @@ class Tensor:
     def __repr__(self):
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"tensor({np.array2string(self.data, precision=4, separator=', ')}, dtype={self.dtype}{grad})"
+
+    def numel(self):
+        return self.data.size
+
+    def dim(self):
+        return self.data.ndim
 
     def numpy(self):
         return self.data
@@ -71,6 +108,20 @@ class Tensor:
     def astype(self, dtype):
         return ops.cast(self, dtype)
 
+    def to(self, dtype):
+        """This tensor in `dtype` (differentiable); itself if it already has that dtype, as in PyTorch."""
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"to: expected a dtype such as mt.float32, got {dtype!r} (minitensor has no devices)") from None
+        return self if dtype == self.dtype else ops.cast(self, dtype)
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        return self.to(float64)
+
     # ---- autograd ----------------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
         if not self.requires_grad:
@@ -82,7 +133,9 @@ class Tensor:
                 )
             grad = np.ones_like(self.data)
         grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad, dtype=self.dtype)
-        autograd.check_grad(self, grad, "backward()")
+        if grad.shape != self.shape:
+            raise RuntimeError(f"backward(): the gradient given has shape {grad.shape}, but the tensor has shape "
+                               f"{self.shape}; pass one of the tensor's shape")
         autograd.run_backward(self, grad, retain_graph=retain_graph)
 
     def _accumulate_grad(self, grad):
@@ -139,14 +192,16 @@ class Tensor:
     def __getitem__(self, index):
         return shape_ops.getitem(self, index)
 
-    def sum(self, axis=None, keepdims=False):
-        return reductions.sum(self, axis, keepdims)
+    # Reductions take numpy's axis=/keepdims= or PyTorch's dim=/keepdim=.
+    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return reductions.sum(self, axis, keepdims, dim=dim, keepdim=keepdim)
 
-    def mean(self, axis=None, keepdims=False):
-        return reductions.mean(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return reductions.mean(self, axis, keepdims, dim=dim, keepdim=keepdim)
 
-    def max(self, axis=None, keepdims=False):
-        return reductions.max(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """With dim=, (values, indices) as in PyTorch; otherwise the maxima as in numpy."""
+        return reductions.max(self, axis, keepdims, dim=dim, keepdim=keepdim)
 
     def exp(self):
         return unary_ops.exp(self)
@@ -171,8 +226,20 @@ class Tensor:
 
     view = reshape
 
+    def flatten(self, start_dim=0, end_dim=-1):
+        return shape_ops.flatten(self, start_dim, end_dim)
+
+    def unsqueeze(self, dim):
+        return shape_ops.unsqueeze(self, dim)
+
+    def squeeze(self, dim=None):
+        return shape_ops.squeeze(self, dim)
+
     def transpose(self, *axes):
         return shape_ops.transpose(self, *axes)
+
+    def t(self):
+        return shape_ops.t(self)
 
     def permute(self, *axes):
         return shape_ops.permute(self, *axes)
@@ -196,8 +263,12 @@ class _HookHandle:
             self._hooks.remove(self._hook)
 
 
-def tensor(data, requires_grad=False, dtype=None):
-    """Make a tensor from array-like data (copied), like `torch.tensor`."""
+def tensor(data, *, dtype=None, requires_grad=False):
+    """Make a tensor from numbers, nested lists or a numpy array (copied), like `torch.tensor`.
+
+    numpy arrays keep their dtype and Python floats become float32; to feed a float64
+    numpy array to a float32 model, convert it here: `mt.tensor(array, dtype=mt.float32)`.
+    """
     return Tensor(np.array(_as_array(data, dtype), copy=True), requires_grad=requires_grad)
 
 

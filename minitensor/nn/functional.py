@@ -5,6 +5,7 @@ import numpy as np
 
 from minitensor import unary_ops
 from minitensor.autograd import Function
+from minitensor.ops import dtype_mismatch
 from minitensor.random import default_generator
 from minitensor.tensor import Tensor
 
@@ -149,18 +150,30 @@ class Embedding(Function):
         return dw.reshape(self.shape)
 
 
-def _check_same_dtype(op, *tensors):
-    dtypes = [t.dtype for t in tensors]
-    if len(set(dtypes)) > 1:
-        raise TypeError(f"{op}: dtypes {[str(d) for d in dtypes]} differ; convert one explicitly")
+def _input_in_dtype_of(op, x, *params):
+    """`x` as a Tensor (a numpy array is wrapped, not copied) in the parameters' dtype.
+
+    The parameters decide; an input in another dtype is an error saying how to cast it,
+    never a silent conversion.
+    """
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    want = params[0].dtype
+    if len({p.dtype for p in params}) > 1:
+        raise dtype_mismatch(op, *params)
+    if x.dtype != want:
+        raise TypeError(f"{op}: the input is {x.dtype} but the weights are {want}; cast the input: "
+                        f"mt.tensor(x, dtype=mt.{want}) for a numpy array, x.to(mt.{want}) for a tensor")
+    return x
 
 
 def linear(x, weight, bias=None):
+    """y = x Wᵀ + b. `x` may be a numpy array of the weight's dtype; a float64 array for
+    float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`."""
+    x = _input_in_dtype_of("linear", x, weight, *([bias] if bias is not None else []))
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
     if bias is not None and bias.shape != weight.shape[:1]:
         raise ValueError(f"linear: bias {bias.shape} does not fit weight {weight.shape} (need {weight.shape[:1]})")
-    _check_same_dtype("linear", x, weight, *([bias] if bias is not None else []))
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
@@ -173,10 +186,10 @@ def log_softmax(x, axis=-1):
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
+    x = _input_in_dtype_of("layer_norm", x, weight, bias)
     if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
         raise ValueError(f"layer_norm: input {x.shape} needs weight and bias of shape {x.shape[-1:]}, "
                          f"got {weight.shape} and {bias.shape}")
-    _check_same_dtype("layer_norm", x, weight, bias)
     return LayerNorm.apply(x, weight, bias, eps=eps)
 
 
@@ -188,11 +201,20 @@ def _index_array(idx):
 
 
 def cross_entropy(logits, targets, ignore_index=-100):
-    """Mean cross-entropy of `logits (..., V)` against integer `targets (...)`."""
+    """Mean cross-entropy of `logits (..., C)` against integer `targets (...)` in [0, C).
+
+    Targets equal to `ignore_index` are not counted. If every target is ignored, the
+    loss is 0 and its gradient zero, deliberately (PyTorch gives NaN): see CrossEntropy.
+    """
     targets = _index_array(targets)
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, "
                          f"got {targets.shape}")
+    classes = logits.shape[-1]
+    outside = (targets != ignore_index) & ((targets < 0) | (targets >= classes))  # one vectorised test
+    if outside.any():
+        raise ValueError(f"cross_entropy: target {targets[outside][0]} is not a class in [0, {classes}) "
+                         f"and not ignore_index ({ignore_index})")
     return CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index)
 
 

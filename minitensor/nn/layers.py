@@ -5,25 +5,26 @@ import numpy as np
 
 from minitensor.nn import functional as F
 from minitensor.nn.module import Module, Parameter
-from minitensor.random import default_generator
+from minitensor.random import normal, uniform
 from minitensor.tensor import DEFAULT_FLOAT
 
 
-def uniform(shape, bound, dtype=DEFAULT_FLOAT, generator=None):
-    """U(−bound, bound), drawn in float64 then cast, so every dtype sees the same values."""
-    rng = generator if generator is not None else default_generator()
-    return rng.uniform(-bound, bound, size=shape).astype(dtype)
-
-
-def normal(shape, std, dtype=DEFAULT_FLOAT, generator=None):
-    rng = generator if generator is not None else default_generator()
-    return (rng.standard_normal(size=shape) * std).astype(dtype)
+def check_sizes(layer, **sizes):
+    """Every size must be a positive int; the message names the layer, the argument and its value."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{layer}: {name} must be a positive integer, got {value!r}")
 
 
 class Linear(Module):
-    """y = x Wᵀ + b, weight (out, in). Init as PyTorch: U(±1/√in) for weight and bias."""
+    """y = x Wᵀ + b, weight (out, in). Init as PyTorch: U(±1/√in) for weight and bias.
+
+    The input must have the layer's dtype: make float64 numpy data float32 with
+    `mt.tensor(x, dtype=mt.float32)` (or the layer float64 with `.double()`).
+    """
 
     def __init__(self, in_features, out_features, bias=True, dtype=DEFAULT_FLOAT):
+        check_sizes("Linear", in_features=in_features, out_features=out_features)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features)
@@ -38,6 +39,7 @@ class Embedding(Module):
     """A table of `num_embeddings` rows of size `embedding_dim`, init N(0, 1)."""
 
     def __init__(self, num_embeddings, embedding_dim, dtype=DEFAULT_FLOAT):
+        check_sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
         super().__init__()
         self.weight = Parameter(normal((num_embeddings, embedding_dim), 1.0, dtype))
 
@@ -46,7 +48,12 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
+    """Normalizes over the last axis; `normalized_shape` is its size (an int or a 1-tuple)."""
+
     def __init__(self, normalized_shape, eps=1e-5, dtype=DEFAULT_FLOAT):
+        if isinstance(normalized_shape, (tuple, list)) and len(normalized_shape) == 1:
+            normalized_shape = normalized_shape[0]
+        check_sizes("LayerNorm", normalized_shape=normalized_shape)
         super().__init__()
         self.eps = eps
         self.weight = Parameter(np.ones(normalized_shape, dtype))

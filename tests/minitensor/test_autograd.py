@@ -248,3 +248,26 @@ def test_parameter_gradients_become_final_in_reverse_layer_order():
     assert fired[0] == "lm_head.weight"
     assert first_seen("ln_f") < first_seen("blocks.2") < first_seen("blocks.1") < first_seen("blocks.0")
     assert first_seen("blocks.0") < first_seen("tok_emb")
+
+
+def test_backward_with_a_gradient_of_the_wrong_shape_names_both_shapes():
+    """It used to read 'backward().backward returned a gradient ...', as if a node had failed."""
+    x = mt.tensor(np.ones((2, 3)), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^backward\(\): the gradient given has shape \(3, 2\), "
+                                           r"but the tensor has shape \(2, 3\)"):
+        (x * 2).backward(np.ones((3, 2)))
+    assert x.grad is None
+
+
+def test_a_tensor_of_anything_but_numbers_is_a_clear_error():
+    """mt.tensor('hello') used to make a tensor of dtype <U5, and an object array one of dtype object."""
+    cases = [("hello", r"tensor: needs numbers .*str 'hello'"),
+             (np.array([object()]), r"tensor: needs numbers .*ndarray.*dtype object"),
+             ([[1.0, 2.0], [3.0]], r"tensor: cannot make a tensor of list \[\[1\.0, 2\.0\], \[3\.0\]\]"),
+             ({"a": 1}, r"tensor: needs numbers .*dict")]
+    for data, message in cases:
+        with pytest.raises(TypeError, match=message):
+            mt.tensor(data)
+    with pytest.raises(TypeError, match=r"tensor: cannot make a tensor of str 'hello'"):
+        mt.tensor("hello", dtype=mt.float32)
+    assert mt.tensor([True, False]).dtype == np.bool_ and mt.tensor(np.uint8(3)).dtype == np.uint8

@@ -3,6 +3,7 @@ definitions, gradients against gradcheck (float64), and stability at logits of Â
 import math
 
 import numpy as np
+import pytest
 from helpers import leaf
 from hypothesis import given
 from hypothesis import strategies as st
@@ -67,6 +68,32 @@ def test_cross_entropy_custom_ignore_index_and_shape_errors():
         raise AssertionError("no error")
     except ValueError as e:
         assert "(2, 3)" in str(e) and "(3,)" in str(e) and "cross_entropy" in str(e)
+
+
+def test_cross_entropy_rejects_targets_outside_the_classes():
+    """A target of -1 used to be scored as class C-1 (numpy's negative index) and C as an IndexError."""
+    logits = mt.tensor(np.zeros((3, 4)), requires_grad=True)
+    for bad in (-1, 4, 9):
+        with pytest.raises(ValueError, match=rf"cross_entropy: target {bad} is not a class in \[0, 4\) "
+                                             r"and not ignore_index \(-100\)"):
+            F.cross_entropy(logits, np.array([0, bad, 2]))
+    assert F.cross_entropy(logits, np.array([0, -100, 3])).item() == math.log(4)
+    assert F.cross_entropy(logits, np.array([0, -1, 3]), ignore_index=-1).item() == math.log(4)
+
+
+@given(batch=st.tuples(st.integers(1, 3), st.integers(1, 3)), vocab=st.integers(2, 5),
+       dtype=st.sampled_from([np.float32, np.float64]), ignore_index=st.sampled_from([-100, -1, 0]), seed=seeds)
+def test_cross_entropy_with_every_target_ignored_is_zero_with_a_zero_gradient(batch, vocab, dtype, ignore_index,
+                                                                             seed):
+    """Documented and deliberate (PyTorch gives NaN): a micro-batch without counted tokens
+    adds exactly nothing to a sum of losses, and nothing to any gradient."""
+    logits = mt.tensor(np.random.default_rng(seed).standard_normal(batch + (vocab,)), dtype=dtype,
+                       requires_grad=True)
+    loss = F.cross_entropy(logits, np.full(batch, ignore_index), ignore_index=ignore_index)
+    assert loss.shape == () and loss.dtype == dtype and loss.item() == 0.0
+    loss.backward(np.array(3.0))  # a nonzero upstream gradient still gives zeros
+    assert logits.grad is not None and logits.grad.dtype == dtype
+    np.testing.assert_array_equal(logits.grad, np.zeros(logits.shape))
 
 
 @given(seed=seeds)

@@ -204,3 +204,20 @@ def test_clip_grad_norm_scales_to_the_max_and_returns_the_old_norm(seed, max_nor
     assert new_norm == pytest.approx(min(norm, max_norm), rel=1e-5)
     for p, g in zip(params, grads):  # the direction is kept
         np.testing.assert_allclose(p.grad * norm / new_norm, g, rtol=1e-10)
+
+
+def test_layer_sizes_must_be_positive_integers_and_the_message_names_the_value():
+    """Linear(0, 2) used to fail inside its init as a ZeroDivisionError, negative sizes as
+    numpy's 'negative dimensions are not allowed', naming neither the layer nor the value."""
+    cases = [(lambda: nn.Linear(0, 2), "Linear: in_features .* got 0"),
+             (lambda: nn.Linear(-1, 2), "Linear: in_features .* got -1"),
+             (lambda: nn.Linear(3, -2), "Linear: out_features .* got -2"),
+             (lambda: nn.Linear(2.5, 2), "Linear: in_features .* got 2.5"),
+             (lambda: nn.Embedding(-1, 4), "Embedding: num_embeddings .* got -1"),
+             (lambda: nn.Embedding(5, 0), "Embedding: embedding_dim .* got 0"),
+             (lambda: nn.LayerNorm(-2), "LayerNorm: normalized_shape .* got -2"),
+             (lambda: nn.LayerNorm((0,)), "LayerNorm: normalized_shape .* got 0")]
+    for case, message in cases:
+        with pytest.raises(ValueError, match=message):
+            case()
+    assert nn.LayerNorm((4,)).weight.shape == (4,)  # PyTorch's tuple form still works
