@@ -1,24 +1,23 @@
 """The threads backend: N ranks as N threads of one process.
 
 All groups of one `run_threads` world share one condition variable (`_World`);
-every state change happens under it and wakes the waiters. That makes three
+every state change happens under it and wakes the waiters. That makes these
 guarantees cheap to keep:
 
 * an exception on any rank is recorded and every waiting rank raises
   `CommAborted` at once, so `run_threads` re-raises the original exception;
 * a deadlock is detected instead of hanging: when every live rank is waiting
   and none has seen a change since, `DeadlockError` names what each waits for;
-* a rank stuck elsewhere (in compute, in a loop) is caught by the group's
-  deadline (request.py): the waiting ranks raise `CommTimeout`, which names
-  the ranks that have not arrived;
+  a rank stuck elsewhere (in compute) is caught by the deadline (request.py),
+  whose `CommTimeout` names the ranks that have not arrived;
 * collectives check that every rank called the same one with matching
-  shapes, dtypes and arguments (MPI cannot check this cheaply).
+  shapes, dtypes and arguments (MPI only under PARALLEL_DEBUG=1, debug.py).
 
 Matching follows MPI: the k-th collective call of each rank on a group meet;
-messages from one source with one tag are received in the order sent.
-`send` is synchronous (it returns once the receive is posted, like
-MPI_Ssend), so a program that relies on MPI buffering fails here quickly
-rather than hanging under mpiexec with large messages.
+messages from one source with one tag are received in the order sent. `send`
+is synchronous (it returns once the receive is posted, like MPI_Ssend), so a
+program that relies on MPI buffering fails here quickly rather than hanging
+under mpiexec with large messages.
 """
 import math
 import threading
@@ -49,8 +48,7 @@ class _World:
         self.cond = threading.Condition()
         self.live = size
         self.waiting = {}  # rank -> what it waits for, for ranks that saw the latest change
-        self.error = None
-        self.failed_rank = None
+        self.error, self.failed_rank = None, None
         self.last_poll = -math.inf  # when a rank last looked: ranks in a wait look every POLL_SECONDS
 
     def changed(self):
@@ -63,9 +61,16 @@ class _World:
             self.error, self.failed_rank = exc, rank
         self.changed()
 
-    def poll(self, ready, what, pause):
-        """One look (cond held): is ready() true? If not, raise if a rank failed or every live
-        rank is stuck, else wait up to `pause` seconds for a change and look again."""
+    def pending(self, ready, what, finish=None, missing=None):
+        """A request.Pending that is complete when ready() (read under cond) is true."""
+        def poll(pause):
+            with self.cond:
+                return self.look(ready, what, pause)
+        return Pending(poll, finish, missing)
+
+    def look(self, ready, what, pause):
+        """(cond held) Is ready() true? If not, raise if a rank failed or every live rank
+        is stuck, else wait up to `pause` seconds for a change and look again."""
         self.last_poll = time.monotonic()
         if ready():
             return True
@@ -87,9 +92,7 @@ class _Slot:
 
     def __init__(self):
         self.entries = {}  # rank -> (kind, signature, contribution)
-        self.result = None
-        self.done = False
-        self.readers = 0
+        self.result, self.done, self.readers = None, False, 0
 
 
 class _Message:
@@ -131,15 +134,6 @@ class ThreadGroup(Group):
     def world_ranks(self):
         return self._state.world_ranks
 
-    def _pending(self, ready, what, finish, missing):
-        """A Pending whose polls wait on the world's condition (with its deadlock check)."""
-        world = self._state.world
-
-        def poll(pause):
-            with world.cond:
-                return world.poll(ready, what, pause)
-        return Pending(poll, finish, missing)
-
     # --- collectives: deposit an entry, the last rank combines, each rank takes its part
 
     def _collective(self, kind, signature, contribution, combine, take):
@@ -164,11 +158,10 @@ class ThreadGroup(Group):
             return take(slot.result)
 
         def missing():
-            with world.cond:
-                absent = [r for r in range(state.size) if r not in slot.entries]
+            absent = [r for r in range(state.size) if r not in slot.entries]
             world_ranks = [state.world_ranks[r] for r in absent]
             return f"rank(s) {absent} of this group (world ranks {world_ranks}) have not called {kind}"
-        return self._pending(lambda: slot.done, f"{kind} (group of size {state.size})", finish, missing)
+        return world.pending(lambda: slot.done, f"{kind} (group of size {state.size})", finish, missing)
 
     def _iall_reduce(self, buf, op):
         reduce = REDUCE_UFUNCS[op]
@@ -225,7 +218,7 @@ class ThreadGroup(Group):
             else:
                 receive.message, message.matched = message, True
             world.changed()
-        return self._pending(lambda: message.matched, f"send(dst={dst}, tag={tag})", None,
+        return world.pending(lambda: message.matched, f"send(dst={dst}, tag={tag})", None,
                              lambda: f"rank {dst} has not posted the matching receive (tag {tag})")
 
     def _irecv(self, buf, src, tag):
@@ -243,7 +236,7 @@ class ThreadGroup(Group):
             data = receive.message.data
             check_message(buf, data.shape, data.dtype, src, tag)
             np.copyto(buf, data)
-        return self._pending(lambda: receive.message is not None, f"recv(src={src}, tag={tag})", finish,
+        return world.pending(lambda: receive.message is not None, f"recv(src={src}, tag={tag})", finish,
                              lambda: f"rank {src} has not sent the message (tag {tag})")
 
 
@@ -272,8 +265,9 @@ def run_threads(world_size, fn, *args, timeout=None):
     results, finished = [None] * world_size, [False] * world_size
 
     def body(rank):
-        _local.rank, _local.group = rank, ThreadGroup(state, rank)
+        _local.rank = rank
         try:
+            _local.group = ThreadGroup(state, rank)
             results[rank] = fn(*args)
         except CommAborted:
             pass
@@ -286,9 +280,8 @@ def run_threads(world_size, fn, *args, timeout=None):
                 world.live -= 1
                 world.changed()
 
-    threads = [threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True) for r in range(world_size)]
-    for thread in threads:
-        thread.start()
+    for r in range(world_size):
+        threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True).start()
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     with world.cond:  # until every rank has returned, one has failed, or the run is out of time
         while world.live and world.error is None and time.monotonic() < deadline:
@@ -296,8 +289,7 @@ def run_threads(world_size, fn, *args, timeout=None):
         running = [r for r in range(world_size) if not finished[r]]
         if running and world.error is None:
             world.fail(TimeoutError(f"run_threads: ranks {running} still running after {timeout} s"), None)
-        # Ranks waiting in communication see the failure at once and leave; a rank busy
-        # elsewhere (it has not looked for two poll periods) cannot be stopped: leave it.
+        # Waiting ranks see the failure and leave at once; one busy elsewhere cannot be stopped.
         while world.live and time.monotonic() - world.last_poll < 2 * POLL_SECONDS:
             world.cond.wait(POLL_SECONDS)
     if world.error is not None:

@@ -29,7 +29,7 @@ from ..comm import CommTimeout, world
 from ..comm.group import check_timeout
 
 USER_ERRORS = (ValueError, OSError, CommTimeout)
-REPORT_DELAY_S = 0.5
+REPORT_DELAY_S = 1.0
 PROG = "python -m parallel.train"
 
 
