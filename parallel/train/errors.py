@@ -26,7 +26,7 @@ import time
 import traceback
 
 from ..comm import CommTimeout, world
-from ..comm.group import check_timeout
+from ..comm.group import check_timeout, default_debug, default_timeout
 
 USER_ERRORS = (ValueError, OSError, CommTimeout)
 REPORT_DELAY_S = 1.0
@@ -39,8 +39,9 @@ def seconds(text):
 
 
 def configure_world(args):
-    """This rank's world, with --timeout and --debug applied (the groups split from it inherit them)."""
-    return world(timeout=args.timeout, debug=args.debug or None)
+    """This rank's world with --timeout and --debug (else $PARALLEL_TIMEOUT, $PARALLEL_DEBUG) applied;
+    the groups split from it inherit them."""
+    return world(timeout=args.timeout or default_timeout(), debug=args.debug or default_debug())
 
 
 def one_line(exc, group):
