@@ -23,7 +23,6 @@ broadcasts; different shapes) are checked only with `debug` on
 (PARALLEL_DEBUG=1): each collective then first all-gathers a fixed-size int64
 description of the call (debug.py), one extra small collective per call.
 """
-import os
 import time
 
 import numpy as np
@@ -53,13 +52,11 @@ def _decode_header(header):
 
 
 def _tested(requests, pause):
-    """Poll MPI requests: True once all completed, else sleep `pause` seconds (or yield the core) and say False."""
+    """Poll MPI requests: True once all completed, else sleep `pause` seconds (if any) and say False."""
     if MPI.Request.Testall(requests):
         return True
     if pause:
         time.sleep(pause)
-    else:
-        os.sched_yield()  # other ranks sharing this core run now, not at the end of our time slice
     return False
 
 
@@ -90,20 +87,20 @@ class MPIGroup(Group):
         return Pending(lambda pause: _tested(requests, pause), None, lambda: _COLLECTIVE_UNKNOWN)
 
     def _iall_reduce(self, buf, op):
-        signature = {"shape": buf.shape, "dtype": str(buf.dtype), "op": op}
+        signature = {"shape": buf.shape, "dtype": buf.dtype, "op": op}
         return self._collective("all_reduce", signature, lambda: self.comm.Iallreduce(MPI.IN_PLACE, buf, _OPS[op]))
 
     def _iall_gather(self, buf, out):
-        signature = {"shape": buf.shape, "dtype": str(buf.dtype)}
+        signature = {"shape": buf.shape, "dtype": buf.dtype}
         return self._collective("all_gather", signature, lambda: self.comm.Iallgather(buf, out))
 
     def _ireduce_scatter(self, blocks, out, op):
-        signature = {"shape": blocks.shape, "dtype": str(blocks.dtype), "op": op}
+        signature = {"shape": blocks.shape, "dtype": blocks.dtype, "op": op}
         start = lambda: self.comm.Ireduce_scatter_block(blocks, out, _OPS[op])
         return self._collective("reduce_scatter", signature, start)
 
     def _ibroadcast(self, buf, root):
-        signature = {"shape": buf.shape, "dtype": str(buf.dtype), "root": root}
+        signature = {"shape": buf.shape, "dtype": buf.dtype, "root": root}
         return self._collective("broadcast", signature, lambda: self.comm.Ibcast(buf, root))
 
     def _ibarrier(self):

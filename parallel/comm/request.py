@@ -38,17 +38,6 @@ class Pending:
         self.missing = missing or (lambda: None)
 
 
-def backoff(spin, first, most):
-    """How long successive polls may block: 0 for `spin` seconds, then `first`, doubling up to `most`."""
-    spin_until = time.monotonic() + spin
-    while time.monotonic() < spin_until:
-        yield 0.0
-    pause = first
-    while True:
-        yield pause
-        pause = min(2 * pause, most)
-
-
 class Request:
     """A pending operation of `group`; `wait()` completes it (once) and returns then(result)."""
 
@@ -67,12 +56,17 @@ class Request:
         return self._result
 
     def _poll_until_complete(self):
-        deadline = self._started + self._group.timeout
-        for pause in backoff(*self._group.poll_backoff):
-            if self._pending.poll(min(pause, max(0.0, deadline - time.monotonic()))):
-                return
-            if time.monotonic() >= deadline:
+        """Poll without blocking for the first `spin` seconds, then blocking `first` seconds, doubling
+        up to `most` (the group's poll_backoff); past the deadline, raise CommTimeout."""
+        spin, pause, most = self._group.poll_backoff
+        spin_until, deadline = self._started + spin, self._started + self._group.timeout
+        now = self._started
+        while not self._pending.poll(0.0 if now < spin_until else min(pause, deadline - now)):
+            now = time.monotonic()
+            if now >= deadline:
                 raise CommTimeout(self._timeout_message())
+            if now >= spin_until:
+                pause = min(2 * pause, most)
 
     def _timeout_message(self):
         group = self._group
