@@ -34,7 +34,7 @@ ALGORITHMS = ("builtin", "ring")
 # MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.
 TAG_UB = 32767
 RING_TAG = TAG_UB
-DEFAULT_TIMEOUT_S = 300.0  # generous: a first step that compiles nothing still loads data, builds the model...
+DEFAULT_TIMEOUT_S = 300.0  # generous: a rank may be busy for minutes (a checkpoint save) without being stuck
 
 
 def check_buffer(arr, what, writeable=False):
@@ -135,7 +135,6 @@ class Group:
     """
 
     backend = "abstract"
-    poll_backoff = (0, 1e-3, 0.1)
 
     def __init__(self, rank, size):
         self.rank = rank
