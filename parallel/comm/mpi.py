@@ -23,6 +23,7 @@ broadcasts; different shapes) are checked only with `debug` on
 (PARALLEL_DEBUG=1): each collective then first all-gathers a fixed-size int64
 description of the call (debug.py), one extra small collective per call.
 """
+import os
 import time
 
 import numpy as np
@@ -52,17 +53,20 @@ def _decode_header(header):
 
 
 def _tested(requests, pause):
-    """Poll MPI requests: True once all completed, else sleep `pause` seconds (if any) and say False."""
+    """Poll MPI requests: True once all completed, else sleep `pause` seconds and say False. A pause
+    of 0 yields the core (as MPICH's own busy waits do): a rank sharing it may be the one we wait for."""
     if MPI.Request.Testall(requests):
         return True
     if pause:
         time.sleep(pause)
+    else:
+        os.sched_yield()
     return False
 
 
 class MPIGroup(Group):
     backend = "mpi"
-    # Test without sleeping for 10 ms, then sleep 50 µs, doubling up to 1 ms (request.py).
+    # Test (yielding the core) for 10 ms, then sleep 50 µs, doubling up to 1 ms (request.py).
     poll_backoff = (1e-2, 5e-5, 1e-3)
 
     def __init__(self, comm):
