@@ -22,7 +22,11 @@ an `async_op` all-reduce as "all_reduce". `algorithm="ring"` is counted as
 one all_reduce with the formula above (which is exactly what the ring moves);
 its internal point-to-point messages are not counted again.
 """
+import os
+
 import numpy as np
+
+from .request import Request
 
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 REDUCE_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
@@ -30,21 +34,7 @@ ALGORITHMS = ("builtin", "ring")
 # MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.
 TAG_UB = 32767
 RING_TAG = TAG_UB
-
-
-class Request:
-    """A pending operation; `wait()` completes it (once) and returns its buffer."""
-
-    def __init__(self, complete):
-        self._complete = complete
-        self._done = False
-        self._result = None
-
-    def wait(self):
-        if not self._done:
-            self._result = self._complete()
-            self._done = True
-        return self._result
+DEFAULT_TIMEOUT_S = 300.0  # generous: a rank may be busy for minutes (a checkpoint save) without being stuck
 
 
 def check_buffer(arr, what, writeable=False):
@@ -86,12 +76,38 @@ def check_message(buf, shape, dtype, src, tag):
             f"but the receive buffer has shape {buf.shape} and dtype {buf.dtype}")
 
 
-def then(request, finish):
-    """A Request that waits for `request`, then returns `finish()`."""
-    def complete():
-        request.wait()
-        return finish()
-    return Request(complete)
+def check_same_call(calls, size):
+    """Every rank of a group must make the same collective call: calls maps rank -> (kind, signature dict).
+    Shared by the threads backend (always) and the MPI backend (under PARALLEL_DEBUG=1)."""
+    kinds = {r: kind for r, (kind, _) in calls.items()}
+    if len(set(kinds.values())) > 1:
+        called = ", ".join(f"rank {r} called {k}" for r, k in sorted(kinds.items()))
+        raise ValueError(f"collective mismatch in a group of size {size}: {called}")
+    signatures = {r: sorted(signature.items()) for r, (_, signature) in calls.items()}
+    if any(signature != signatures[0] for signature in signatures.values()):
+        described = "; ".join(f"rank {r}: {dict(sig)}" for r, sig in sorted(signatures.items()))
+        raise ValueError(f"{kinds[0]} called with different arguments across ranks: {described}")
+
+
+def check_timeout(seconds, name="timeout"):
+    """A communication deadline in seconds: a positive number (`name` is the flag or variable it came from)."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{name}={seconds!r} must be a positive number of seconds")
+    return value
+
+
+def default_timeout():
+    """$PARALLEL_TIMEOUT seconds, else DEFAULT_TIMEOUT_S."""
+    return check_timeout(os.environ.get("PARALLEL_TIMEOUT", DEFAULT_TIMEOUT_S), "PARALLEL_TIMEOUT")
+
+
+def default_debug():
+    """$PARALLEL_DEBUG set to anything but '' or '0'."""
+    return os.environ.get("PARALLEL_DEBUG", "0") not in ("", "0")
 
 
 def copy_back(arr, work):
@@ -104,13 +120,18 @@ def copy_back(arr, work):
 class Group:
     """One communicator: `rank` in [0, `size`) and numpy-buffer collectives (see the module docstring).
 
-    A backend subclass supplies, for C-contiguous validated buffers:
-    `_all_reduce(buf, op)`, `_iall_reduce(buf, op) -> Request`,
-    `_all_gather(buf, out)` with out of shape (size, *buf.shape),
-    `_reduce_scatter(blocks, out, op)` with blocks of shape (size, *out.shape),
-    `_broadcast(buf, root)`, `_barrier()`, `_split(color, key) -> Group`,
-    `_isend(buf, dst, tag) -> Request`, `_irecv(buf, src, tag) -> Request`
-    (whose wait() raises check_message's ValueError on a mismatched message).
+    `timeout`: seconds any operation may take before every waiting rank raises CommTimeout
+    (default $PARALLEL_TIMEOUT or 300); `debug`: under MPI, check before each collective
+    that every rank makes the same call (default $PARALLEL_DEBUG). Groups split from this
+    one inherit both.
+
+    A backend subclass supplies non-blocking primitives for C-contiguous validated buffers,
+    each returning a request.Pending: `_iall_reduce(buf, op)`, `_iall_gather(buf, out)` with
+    out of shape (size, *buf.shape), `_ireduce_scatter(blocks, out, op)` with blocks of shape
+    (size, *out.shape), `_ibroadcast(buf, root)`, `_ibarrier()`, `_isplit(color, key)` (its
+    finish() is the new Group), `_isend(buf, dst, tag)`, `_irecv(buf, src, tag)` (whose poll
+    raises check_message's ValueError on a mismatched message); and `world_ranks()`,
+    `abort(code)`, `poll_backoff` (see request.py).
     """
 
     backend = "abstract"
@@ -118,10 +139,28 @@ class Group:
     def __init__(self, rank, size):
         self.rank = rank
         self.size = size
+        self.timeout = default_timeout()
+        self.debug = default_debug()
         self._stats = {}
 
     def __repr__(self):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+    def configure(self, timeout=None, debug=None):
+        """Set the deadline (seconds) and/or the debug checks of this group and the groups split from it later."""
+        if timeout is not None:
+            self.timeout = check_timeout(timeout)
+        if debug is not None:
+            self.debug = bool(debug)
+        return self
+
+    def describe(self):
+        """Which group this is, for messages: its size and its members' ranks in the world."""
+        return f"the group of {self.size} rank(s) with world ranks {list(self.world_ranks())}"
+
+    def abort(self, code=1):
+        """End the whole job with exit status `code`, every rank of it (MPI_Abort under MPI)."""
+        raise SystemExit(code)
 
     # --- accounting ---------------------------------------------------------------
 
@@ -150,14 +189,12 @@ class Group:
         n = self.size
         self._count("all_reduce", arr.size, 2 * (n - 1) * arr.nbytes // n)
         work = np.ascontiguousarray(arr)
-        if async_op:
-            return then(self._iall_reduce(work, op), lambda: copy_back(arr, work))
         if algorithm == "ring":
             from .ring import ring_all_reduce
             ring_all_reduce(self, work.reshape(-1), op)
-        else:
-            self._all_reduce(work, op)
-        return copy_back(arr, work)
+            return copy_back(arr, work)
+        request = Request(self, f"all_reduce(op={op!r})", self._iall_reduce(work, op), lambda _: copy_back(arr, work))
+        return request if async_op else request.wait()
 
     def all_gather(self, arr, axis=0):
         """A new array: every rank's `arr` concatenated along `axis`, in rank order."""
@@ -166,7 +203,7 @@ class Group:
         n = self.size
         self._count("all_gather", n * arr.size, (n - 1) * arr.nbytes)
         stacked = np.empty((n,) + arr.shape, arr.dtype)
-        self._all_gather(np.ascontiguousarray(arr), stacked)
+        Request(self, "all_gather", self._iall_gather(np.ascontiguousarray(arr), stacked)).wait()
         # (n, ..., s, ...) -> (..., n, s, ...) -> (..., n*s, ...): rank r's block lands at r*s.
         shape = arr.shape[:axis] + (n * arr.shape[axis],) + arr.shape[axis + 1:]
         return np.moveaxis(stacked, 0, axis).reshape(shape) if axis else stacked.reshape(shape)
@@ -185,7 +222,7 @@ class Group:
         front = np.moveaxis(arr, axis, 0)
         blocks = np.ascontiguousarray(front).reshape((n, front.shape[0] // n) + front.shape[1:])
         chunk = np.empty(blocks.shape[1:], arr.dtype)
-        self._reduce_scatter(blocks, chunk, op)
+        Request(self, f"reduce_scatter(op={op!r})", self._ireduce_scatter(blocks, chunk, op)).wait()
         return np.ascontiguousarray(np.moveaxis(chunk, 0, axis))
 
     def broadcast(self, arr, root=0):
@@ -194,12 +231,12 @@ class Group:
         check_peer(root, self.size, "root", "broadcast")
         self._count("broadcast", arr.size, arr.nbytes if self.size > 1 else 0)
         work = np.ascontiguousarray(arr)
-        self._broadcast(work, int(root))
+        Request(self, f"broadcast(root={root})", self._ibroadcast(work, int(root))).wait()
         return copy_back(arr, work)
 
     def barrier(self):
         self._count("barrier", 0, 0)
-        self._barrier()
+        Request(self, "barrier", self._ibarrier()).wait()
 
     def split(self, color, key=None):
         """A new Group of the ranks that pass the same `color`, ordered by `key` (default: this rank)."""
@@ -208,7 +245,8 @@ class Group:
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"split: {name}={value!r} must be a non-negative int")
         self._count("split", 0, 0)
-        return self._split(int(color), int(key))
+        child = Request(self, "split", self._isplit(int(color), int(key))).wait()
+        return child.configure(self.timeout, self.debug)
 
     # --- point to point -------------------------------------------------------------
 
@@ -219,7 +257,7 @@ class Group:
         check_tag(tag, "send")
         self._count("send", arr.size, arr.nbytes)
         work = np.ascontiguousarray(arr)
-        return then(self._isend(work, int(dst), int(tag)), lambda: arr)
+        return Request(self, f"send(dst={dst}, tag={tag})", self._isend(work, int(dst), int(tag)), lambda _: arr)
 
     def irecv(self, arr, src, tag=0):
         """Start receiving the next message from `src` with `tag` into `arr`; wait() returns `arr`."""
@@ -228,7 +266,8 @@ class Group:
         check_tag(tag, "recv")
         self._count("recv", arr.size, arr.nbytes)
         work = np.ascontiguousarray(arr)
-        return then(self._irecv(work, int(src), int(tag)), lambda: copy_back(arr, work))
+        pending = self._irecv(work, int(src), int(tag))
+        return Request(self, f"recv(src={src}, tag={tag})", pending, lambda _: copy_back(arr, work))
 
     def send(self, arr, dst, tag=0):
         self.isend(arr, dst, tag).wait()

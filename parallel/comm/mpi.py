@@ -1,28 +1,43 @@
 """The MPI backend: a Group over an mpi4py communicator, on its buffer methods only.
 
-Collectives map one to one onto MPI (`Allreduce`, `Iallreduce`, `Allgather`,
-`Reduce_scatter_block`, `Bcast`, `Barrier`, `Split`); numpy arrays are passed
-as buffers, so nothing is pickled.
+Every operation is MPI's non-blocking one (`Iallreduce`, `Iallgather`,
+`Ireduce_scatter_block`, `Ibcast`, `Ibarrier`, `Isend`, `Irecv`), polled with
+`Test` by request.py's deadline loop, so a stopped rank makes the others raise
+CommTimeout instead of hanging. numpy arrays are passed as buffers: nothing is
+pickled. `Split` has no non-blocking form; an `Ibarrier` comes first, so a
+split starts only when every rank has arrived.
+
+What a timed-out rank can say: a receive knows which rank has not sent. A
+collective does not: MPI gives a waiting rank no way to ask who has joined, so
+the message says so rather than guess.
 
 Point-to-point messages carry a small header: before each payload the sender
 sends, with the same tag, an int64 array [dtype code, ndim, *shape]. MPI
 delivers messages of one (source, tag) in order, so each header meets its
 receive's header buffer; the receiver checks it against its buffer *before*
-waiting for the payload and raises the same ValueError as the threads
-backend, naming both shapes and dtypes. The header is not counted in stats.
+the payload is taken and raises the same ValueError as the threads backend,
+naming both shapes and dtypes. The header is not counted in stats.
 
-Mismatched collectives across ranks (different shapes or roots) are not
-checked here: that would cost an extra collective on every call. Run the
-code under the threads backend to get those checks.
+Collectives across ranks that do not match (one rank all-reduces, another
+broadcasts; different shapes) are checked only with `debug` on
+(PARALLEL_DEBUG=1): each collective then first all-gathers a fixed-size int64
+description of the call (debug.py), one extra small collective per call.
 """
+import os
+import time
+
 import numpy as np
 from mpi4py import MPI
 
-from .group import Group, Request, SUPPORTED_DTYPES, check_message
+from .debug import check_calls_agree
+from .group import SUPPORTED_DTYPES, Group, check_message
+from .request import Pending
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _MAX_NDIM = 32  # numpy's limit
 _HEADER_LEN = 2 + _MAX_NDIM
+_COLLECTIVE_UNKNOWN = ("MPI does not tell a waiting rank which ranks have not joined a collective: "
+                       "one may be stopped, stuck in compute, or waiting in a different collective")
 
 
 def _encode_header(buf):
@@ -37,50 +52,91 @@ def _decode_header(header):
     return tuple(int(n) for n in header[2:2 + ndim]), SUPPORTED_DTYPES[int(header[0])]
 
 
+def _tested(requests, pause):
+    """Poll MPI requests: True once all completed, else sleep `pause` seconds and say False. A pause
+    of 0 yields the core (as MPICH's own busy waits do): a rank sharing it may be the one we wait for."""
+    if MPI.Request.Testall(requests):
+        return True
+    if pause:
+        time.sleep(pause)
+    else:
+        os.sched_yield()
+    return False
+
+
 class MPIGroup(Group):
     backend = "mpi"
+    # Test (yielding the core) for 10 ms, then sleep 50 µs, doubling up to 1 ms (request.py).
+    poll_backoff = (1e-2, 5e-5, 1e-3)
 
     def __init__(self, comm):
         super().__init__(comm.Get_rank(), comm.Get_size())
         self.comm = comm
 
-    def _all_reduce(self, buf, op):
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=_OPS[op])
+    def world_ranks(self):
+        return self.comm.Get_group().Translate_ranks(list(range(self.size)), MPI.COMM_WORLD.Get_group())
+
+    def abort(self, code=1):
+        self.comm.Abort(code)
+
+    def _collective(self, kind, signature, start, finish=None):
+        """Start MPI's non-blocking `start()`, after checking the call against every rank's under debug."""
+        if self.debug:
+            check_calls_agree(self, kind, signature, self._gather_unchecked)
+        requests = [start()]
+        return Pending(lambda pause: _tested(requests, pause), finish, lambda: _COLLECTIVE_UNKNOWN)
+
+    def _gather_unchecked(self, buf, out):
+        requests = [self.comm.Iallgather(buf, out)]
+        return Pending(lambda pause: _tested(requests, pause), None, lambda: _COLLECTIVE_UNKNOWN)
 
     def _iall_reduce(self, buf, op):
-        request = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=_OPS[op])
-        return Request(request.Wait)
+        signature = {"shape": buf.shape, "dtype": buf.dtype, "op": op}
+        return self._collective("all_reduce", signature, lambda: self.comm.Iallreduce(MPI.IN_PLACE, buf, _OPS[op]))
 
-    def _all_gather(self, buf, out):
-        self.comm.Allgather(buf, out)
+    def _iall_gather(self, buf, out):
+        signature = {"shape": buf.shape, "dtype": buf.dtype}
+        return self._collective("all_gather", signature, lambda: self.comm.Iallgather(buf, out))
 
-    def _reduce_scatter(self, blocks, out, op):
-        self.comm.Reduce_scatter_block(blocks, out, op=_OPS[op])
+    def _ireduce_scatter(self, blocks, out, op):
+        signature = {"shape": blocks.shape, "dtype": blocks.dtype, "op": op}
+        start = lambda: self.comm.Ireduce_scatter_block(blocks, out, _OPS[op])
+        return self._collective("reduce_scatter", signature, start)
 
-    def _broadcast(self, buf, root):
-        self.comm.Bcast(buf, root=root)
+    def _ibroadcast(self, buf, root):
+        signature = {"shape": buf.shape, "dtype": buf.dtype, "root": root}
+        return self._collective("broadcast", signature, lambda: self.comm.Ibcast(buf, root))
 
-    def _barrier(self):
-        self.comm.Barrier()
+    def _ibarrier(self):
+        return self._collective("barrier", {}, self.comm.Ibarrier)
 
-    def _split(self, color, key):
-        return MPIGroup(self.comm.Split(color, key))
+    def _isplit(self, color, key):
+        return self._collective("split", {}, self.comm.Ibarrier, lambda: MPIGroup(self.comm.Split(color, key)))
 
     def _isend(self, buf, dst, tag):
-        header = _encode_header(buf)
-        requests = [self.comm.Isend(header, dst, tag), self.comm.Isend(buf, dst, tag)]
-        return Request(lambda: MPI.Request.Waitall(requests))
+        requests = [self.comm.Isend(_encode_header(buf), dst, tag), self.comm.Isend(buf, dst, tag)]
+        return Pending(lambda pause: _tested(requests, pause), None,
+                       lambda: f"rank {dst} has not received the message (tag {tag})")
 
     def _irecv(self, buf, src, tag):
         header = np.empty(_HEADER_LEN, np.int64)
         header_request = self.comm.Irecv(header, src, tag)
         payload_request = self.comm.Irecv(buf, src, tag)
+        checked = []
 
-        def complete():
-            header_request.Wait()
-            check_message(buf, *_decode_header(header), src, tag)
-            payload_request.Wait()
-        return Request(complete)
+        def poll(pause):
+            if not checked:  # the header first: a wrong buffer is a clear error, not "Message truncated"
+                if not _tested([header_request], pause):
+                    return False
+                check_message(buf, *_decode_header(header), src, tag)
+                checked.append(True)
+            return _tested([payload_request], pause)
+
+        def missing():
+            if checked:
+                return f"the message from rank {src} (tag {tag}) has begun to arrive but is not complete"
+            return f"rank {src} has not sent the message (tag {tag})"
+        return Pending(poll, None, missing)
 
 
 def comm_world():

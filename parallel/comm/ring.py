@@ -21,6 +21,7 @@ the ring neither double-counts in the stats nor matches a user's messages.
 import numpy as np
 
 from .group import REDUCE_UFUNCS, RING_TAG
+from .request import Request
 
 
 def ring_all_reduce(group, flat, op="sum"):
@@ -47,6 +48,6 @@ def ring_all_reduce(group, flat, op="sum"):
 
 def exchange(group, send_buf, dst, recv_buf, src):
     """Send to one neighbour while receiving from the other (non-blocking, so the ring cannot deadlock)."""
-    sending = group._isend(send_buf, dst, RING_TAG)
-    group._irecv(recv_buf, src, RING_TAG).wait()
+    sending = Request(group, f"all_reduce(algorithm='ring') send to rank {dst}", group._isend(send_buf, dst, RING_TAG))
+    Request(group, f"all_reduce(algorithm='ring') recv from rank {src}", group._irecv(recv_buf, src, RING_TAG)).wait()
     sending.wait()

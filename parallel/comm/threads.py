@@ -1,31 +1,35 @@
 """The threads backend: N ranks as N threads of one process.
 
 All groups of one `run_threads` world share one condition variable (`_World`);
-every state change happens under it and wakes the waiters. That makes three
+every state change happens under it and wakes the waiters. That makes these
 guarantees cheap to keep:
 
 * an exception on any rank is recorded and every waiting rank raises
   `CommAborted` at once, so `run_threads` re-raises the original exception;
 * a deadlock is detected instead of hanging: when every live rank is waiting
   and none has seen a change since, `DeadlockError` names what each waits for;
+  a rank stuck elsewhere (in compute) is caught by the deadline (request.py),
+  whose `CommTimeout` names the ranks that have not arrived;
 * collectives check that every rank called the same one with matching
-  shapes, dtypes and arguments (MPI cannot check this cheaply).
+  shapes, dtypes and arguments (MPI only under PARALLEL_DEBUG=1, debug.py).
 
 Matching follows MPI: the k-th collective call of each rank on a group meet;
-messages from one source with one tag are received in the order sent.
-`send` is synchronous (it returns once the receive is posted, like
-MPI_Ssend), so a program that relies on MPI buffering fails here quickly
-rather than hanging under mpiexec with large messages.
+messages from one source with one tag are received in the order sent. `send`
+is synchronous (it returns once the receive is posted, like MPI_Ssend), so a
+program that relies on MPI buffering fails here quickly rather than hanging
+under mpiexec with large messages.
 """
+import math
 import threading
 import time
 from collections import defaultdict
 
 import numpy as np
 
-from .group import Group, Request, REDUCE_UFUNCS, check_message
+from .group import REDUCE_UFUNCS, Group, check_message, check_same_call
+from .request import Pending
 
-POLL_SECONDS = 0.1  # waits wake at least this often (Ctrl-C, timeouts)
+POLL_SECONDS = 0.1  # waits wake at least this often (Ctrl-C, deadlines); a change wakes them at once
 _local = threading.local()
 
 
@@ -44,8 +48,8 @@ class _World:
         self.cond = threading.Condition()
         self.live = size
         self.waiting = {}  # rank -> what it waits for, for ranks that saw the latest change
-        self.error = None
-        self.failed_rank = None
+        self.error, self.failed_rank = None, None
+        self.last_poll = -math.inf  # when a rank last looked: ranks in a wait look every POLL_SECONDS
 
     def changed(self):
         """Call with cond held after any state change: every waiter must look again."""
@@ -57,19 +61,30 @@ class _World:
             self.error, self.failed_rank = exc, rank
         self.changed()
 
-    def wait_until(self, ready, what):
-        """Wait (cond held) until ready() is true; raise if a rank failed or all are stuck."""
+    def pending(self, ready, what, finish=None, missing=None):
+        """A request.Pending that is complete when ready() (read under cond) is true."""
+        def poll(pause):
+            with self.cond:
+                return self.look(ready, what, pause)
+        return Pending(poll, finish, missing)
+
+    def look(self, ready, what, pause):
+        """(cond held) Is ready() true? If not, raise if a rank failed or every live rank
+        is stuck, else wait up to `pause` seconds for a change and look again."""
+        self.last_poll = time.monotonic()
+        if ready():
+            return True
         me = getattr(_local, "rank", 0)
-        while not ready():
-            if self.error is not None:
-                raise CommAborted(f"rank {me} stopped waiting in {what}: rank {self.failed_rank} failed")
-            self.waiting[me] = what
-            if len(self.waiting) >= self.live:
-                stuck = "; ".join(f"rank {r} in {w}" for r, w in sorted(self.waiting.items()))
-                self.fail(DeadlockError(f"deadlock, every live rank is waiting: {stuck}"), me)
-                raise self.error
-            self.cond.wait(POLL_SECONDS)
-            self.waiting.pop(me, None)
+        if self.error is not None:
+            raise CommAborted(f"rank {me} stopped waiting in {what}: rank {self.failed_rank} failed")
+        self.waiting[me] = what
+        if len(self.waiting) >= self.live:
+            stuck = "; ".join(f"rank {r} in {w}" for r, w in sorted(self.waiting.items()))
+            self.fail(DeadlockError(f"deadlock, every live rank is waiting: {stuck}"), me)
+            raise self.error
+        self.cond.wait(pause)
+        self.waiting.pop(me, None)
+        return ready()
 
 
 class _Slot:
@@ -77,9 +92,7 @@ class _Slot:
 
     def __init__(self):
         self.entries = {}  # rank -> (kind, signature, contribution)
-        self.result = None
-        self.done = False
-        self.readers = 0
+        self.result, self.done, self.readers = None, False, 0
 
 
 class _Message:
@@ -95,9 +108,9 @@ class _Receive:
 class _GroupState:
     """What the members of one group share: collective slots and the message queues."""
 
-    def __init__(self, world, size):
-        self.world, self.size = world, size
-        self.calls = [0] * size  # collectives started by each rank
+    def __init__(self, world, world_ranks):
+        self.world, self.world_ranks, self.size = world, world_ranks, len(world_ranks)
+        self.calls = [0] * self.size  # collectives started by each rank
         self.slots = {}  # call number -> _Slot
         self.unexpected = defaultdict(list)  # (src, dst) -> sent, not yet matched messages
         self.posted = defaultdict(list)  # (src, dst) -> posted, not yet matched receives
@@ -110,49 +123,45 @@ def _pop_first(queue, tag):
     return None
 
 
-def _check_same_call(entries, size):
-    kinds = {r: kind for r, (kind, _, _) in entries.items()}
-    if len(set(kinds.values())) > 1:
-        calls = ", ".join(f"rank {r} called {k}" for r, k in sorted(kinds.items()))
-        raise ValueError(f"collective mismatch in a group of size {size}: {calls}")
-    signatures = {r: sig for r, (_, sig, _) in entries.items()}
-    if len(set(signatures.values())) > 1:
-        kind = kinds[0]
-        described = "; ".join(f"rank {r}: {dict(sig)}" for r, sig in sorted(signatures.items()))
-        raise ValueError(f"{kind} called with different arguments across ranks: {described}")
-
-
 class ThreadGroup(Group):
     backend = "threads"
+    poll_backoff = (0, POLL_SECONDS, POLL_SECONDS)  # a wait sleeps on the condition; a change wakes it
 
     def __init__(self, state, rank):
         super().__init__(rank, state.size)
         self._state = state
 
+    def world_ranks(self):
+        return self._state.world_ranks
+
     # --- collectives: deposit an entry, the last rank combines, each rank takes its part
 
     def _collective(self, kind, signature, contribution, combine, take):
-        """Start this rank's part of the group's next collective; the Request's wait() returns take(result)."""
+        """Start this rank's part of the group's next collective; its finish() returns take(result)."""
         state, world = self._state, self._state.world
         with world.cond:
             number = state.calls[self.rank]
             state.calls[self.rank] += 1
             slot = state.slots.setdefault(number, _Slot())
-            slot.entries[self.rank] = (kind, tuple(sorted(signature.items())), contribution)
+            slot.entries[self.rank] = (kind, signature, contribution)
             if len(slot.entries) == state.size:
-                _check_same_call(slot.entries, state.size)
+                check_same_call({r: entry[:2] for r, entry in slot.entries.items()}, state.size)
                 slot.result = combine([slot.entries[r][2] for r in range(state.size)])
                 slot.done = True
                 world.changed()
 
-        def complete():
+        def finish():
             with world.cond:
-                world.wait_until(lambda: slot.done, f"{kind} (group of size {state.size})")
                 slot.readers += 1
                 if slot.readers == state.size:
                     del state.slots[number]
             return take(slot.result)
-        return Request(complete)
+
+        def missing():
+            absent = [r for r in range(state.size) if r not in slot.entries]
+            world_ranks = [state.world_ranks[r] for r in absent]
+            return f"rank(s) {absent} of this group (world ranks {world_ranks}) have not called {kind}"
+        return world.pending(lambda: slot.done, f"{kind} (group of size {state.size})", finish, missing)
 
     def _iall_reduce(self, buf, op):
         reduce = REDUCE_UFUNCS[op]
@@ -165,40 +174,37 @@ class ThreadGroup(Group):
         signature = {"shape": buf.shape, "dtype": str(buf.dtype), "op": op}
         return self._collective("all_reduce", signature, buf, combine, lambda total: np.copyto(buf, total))
 
-    def _all_reduce(self, buf, op):
-        self._iall_reduce(buf, op).wait()
-
-    def _all_gather(self, buf, out):
+    def _iall_gather(self, buf, out):
         signature = {"shape": buf.shape, "dtype": str(buf.dtype)}
-        self._collective("all_gather", signature, buf, np.stack, lambda stacked: np.copyto(out, stacked)).wait()
+        return self._collective("all_gather", signature, buf, np.stack, lambda stacked: np.copyto(out, stacked))
 
-    def _reduce_scatter(self, blocks, out, op):
+    def _ireduce_scatter(self, blocks, out, op):
         signature = {"shape": blocks.shape, "dtype": str(blocks.dtype), "op": op}
         combine = REDUCE_UFUNCS[op].reduce  # over axis 0 of the stacked inputs, in rank order
         take = lambda reduced: np.copyto(out, reduced[self.rank])
-        self._collective("reduce_scatter", signature, blocks, lambda bufs: combine(np.stack(bufs)), take).wait()
+        return self._collective("reduce_scatter", signature, blocks, lambda bufs: combine(np.stack(bufs)), take)
 
-    def _broadcast(self, buf, root):
+    def _ibroadcast(self, buf, root):
         signature = {"shape": buf.shape, "dtype": str(buf.dtype), "root": root}
         combine = lambda bufs: bufs[root].copy()
-        self._collective("broadcast", signature, buf, combine, lambda data: np.copyto(buf, data)).wait()
+        return self._collective("broadcast", signature, buf, combine, lambda data: np.copyto(buf, data))
 
-    def _barrier(self):
-        self._collective("barrier", {}, None, lambda _: None, lambda _: None).wait()
+    def _ibarrier(self):
+        return self._collective("barrier", {}, None, lambda _: None, lambda _: None)
 
-    def _split(self, color, key):
-        world = self._state.world
+    def _isplit(self, color, key):
+        state = self._state
 
         def combine(colors_keys):
             placement = {}
-            for color in set(c for c, _ in colors_keys):
-                members = sorted((k, r) for r, (c, k) in enumerate(colors_keys) if c == color)
-                state = _GroupState(world, len(members))
+            for shared in {c for c, _ in colors_keys}:
+                members = sorted((k, r) for r, (c, k) in enumerate(colors_keys) if c == shared)
+                child = _GroupState(state.world, [state.world_ranks[r] for _, r in members])
                 for new_rank, (_, r) in enumerate(members):
-                    placement[r] = (state, new_rank)
+                    placement[r] = (child, new_rank)
             return placement
         take = lambda placement: ThreadGroup(*placement[self.rank])
-        return self._collective("split", {}, (color, key), combine, take).wait()
+        return self._collective("split", {}, (color, key), combine, take)
 
     # --- point to point: MPI's matching engine in miniature
 
@@ -212,11 +218,8 @@ class ThreadGroup(Group):
             else:
                 receive.message, message.matched = message, True
             world.changed()
-
-        def complete():
-            with world.cond:
-                world.wait_until(lambda: message.matched, f"send(dst={dst}, tag={tag})")
-        return Request(complete)
+        return world.pending(lambda: message.matched, f"send(dst={dst}, tag={tag})", None,
+                             lambda: f"rank {dst} has not posted the matching receive (tag {tag})")
 
     def _irecv(self, buf, src, tag):
         state, world = self._state, self._state.world
@@ -229,13 +232,12 @@ class ThreadGroup(Group):
                 receive.message, message.matched = message, True
                 world.changed()
 
-        def complete():
-            with world.cond:
-                world.wait_until(lambda: receive.message is not None, f"recv(src={src}, tag={tag})")
+        def finish():
             data = receive.message.data
             check_message(buf, data.shape, data.dtype, src, tag)
             np.copyto(buf, data)
-        return Request(complete)
+        return world.pending(lambda: receive.message is not None, f"recv(src={src}, tag={tag})", finish,
+                             lambda: f"rank {src} has not sent the message (tag {tag})")
 
 
 def current_group():
@@ -245,7 +247,7 @@ def current_group():
 
 def single_rank_group():
     """A fresh size-1 world, for code run outside any launcher."""
-    return ThreadGroup(_GroupState(_World(1), 1), 0)
+    return ThreadGroup(_GroupState(_World(1), [0]), 0)
 
 
 def run_threads(world_size, fn, *args, timeout=None):
@@ -253,17 +255,19 @@ def run_threads(world_size, fn, *args, timeout=None):
 
     Returns the per-rank results. If any rank raises, every other rank is
     released and the original exception is re-raised here, with a note naming
-    the rank. `timeout` (seconds) bounds the whole run: TimeoutError.
+    the rank (a rank stuck outside communication cannot be stopped; its daemon
+    thread is left behind). `timeout` (seconds) bounds the whole run: TimeoutError.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"run_threads: world_size={world_size!r} must be a positive int")
     world = _World(world_size)
-    state = _GroupState(world, world_size)
-    results = [None] * world_size
+    state = _GroupState(world, list(range(world_size)))
+    results, finished = [None] * world_size, [False] * world_size
 
     def body(rank):
-        _local.rank, _local.group = rank, ThreadGroup(state, rank)
+        _local.rank = rank
         try:
+            _local.group = ThreadGroup(state, rank)
             results[rank] = fn(*args)
         except CommAborted:
             pass
@@ -272,19 +276,22 @@ def run_threads(world_size, fn, *args, timeout=None):
                 world.fail(exc, rank)
         finally:
             with world.cond:
+                finished[rank] = True
                 world.live -= 1
                 world.changed()
 
-    threads = [threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True) for r in range(world_size)]
-    for thread in threads:
-        thread.start()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for thread in threads:
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-    running = [r for r, thread in enumerate(threads) if thread.is_alive()]
-    if running:
-        with world.cond:
+    for r in range(world_size):
+        threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True).start()
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    with world.cond:  # until every rank has returned, one has failed, or the run is out of time
+        while world.live and world.error is None and time.monotonic() < deadline:
+            world.cond.wait(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        running = [r for r in range(world_size) if not finished[r]]
+        if running and world.error is None:
             world.fail(TimeoutError(f"run_threads: ranks {running} still running after {timeout} s"), None)
+        # Waiting ranks see the failure and leave at once; one busy elsewhere cannot be stopped.
+        while world.live and time.monotonic() - world.last_poll < 2 * POLL_SECONDS:
+            world.cond.wait(POLL_SECONDS)
     if world.error is not None:
         error = world.error
         if world.failed_rank is not None:

@@ -8,11 +8,17 @@ _mpi_world = None
 _single_world = None
 
 
-def world():
+def world(timeout=None, debug=None):
     """The calling thread's world inside run_threads; COMM_WORLD under mpiexec; else a size-1 group.
 
+    timeout, debug: if given, set the world's deadline in seconds and its debug checks
+    (Group.configure), which the groups split from it afterwards inherit.
     mpi4py is imported only under mpiexec (or if the program already imported it).
     """
+    return _find_world().configure(timeout, debug)
+
+
+def _find_world():
     global _mpi_world, _single_world
     group = threads.current_group()
     if group is not None:

@@ -1,4 +1,6 @@
-"""Entry point: `python -m parallel.train` (under MPI: `mpiexec -n N python -m mpi4py -m parallel.train`).
+"""Entry point: `python -m parallel.train` (under MPI: `mpiexec -n N python -m parallel.train`).
+
+Any error ends the whole job with one line on stderr and a non-zero exit (errors.py).
 
 One BLAS thread per rank. Under mpiexec `parallel.launch` sets it before numpy loads. In
 one process (and with --threads N, whose ranks share the process) numpy is already
@@ -12,9 +14,10 @@ import sys
 
 from ..launch import BLAS_THREAD_VARS, launched_by_mpiexec
 from .cli import main
+from .errors import run_job
 from .report import RESTARTED
 
 if not launched_by_mpiexec() and not any(var in os.environ for var in BLAS_THREAD_VARS):
     env = dict(os.environ, **{var: "1" for var in BLAS_THREAD_VARS}, **{RESTARTED: "1"})
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-main()
+run_job(main)

@@ -5,8 +5,9 @@ message (on every MPI rank, each of which exits with status 2) instead of a hang
 """
 import argparse
 
-from ..comm import run_threads, world
+from ..comm import run_threads
 from ..pipeline.schedules import SCHEDULES
+from .errors import configure_world, seconds
 from .loop import train
 from .task import make_task, task_defaults
 
@@ -58,6 +59,10 @@ def build_parser():
     out.add_argument("--resume", metavar="DIR", help="resume from the latest checkpoint in DIR (any layout)")
     out.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: at the end)")
     out.add_argument("--log-every", type=int, metavar="N", help="progress line every N steps")
+    out.add_argument("--timeout", type=seconds, metavar="SECONDS",
+                     help="end the job when a rank waits this long for another (default $PARALLEL_TIMEOUT or 300)")
+    out.add_argument("--debug", action="store_true",
+                     help="tracebacks for every error; under MPI, check every collective matches across ranks")
     return p
 
 
@@ -111,7 +116,7 @@ def check_args(args, world_size):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    launched = world()
+    launched = configure_world(args)
     if args.threads and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
     try:

@@ -11,11 +11,11 @@ import numpy as np
 import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 
-from ..comm import world
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
 from .check import TOLERANCE, SingleDeviceCheck
+from .errors import configure_world
 from .task import evaluate, global_batch, make_task, sample
 
 
@@ -44,7 +44,7 @@ def say(group, text):
 
 def train(args):
     """Train on this rank; returns {"losses", "metric", "check"} (metric and check on rank 0)."""
-    group = world()
+    group = configure_world(args)
     task = make_task(args)
     model = build(args, task, group)
     checker = SingleDeviceCheck(model.config, args, group) if args.check else None
