@@ -121,12 +121,12 @@ def check_consistency(manifest, step_dir):
         raise inconsistent(step_dir, "mesh/world_size", f"say dp={dp} x tp={tp} x pp={pp} = {dp * tp * pp} and "
                            f"world_size={manifest['world_size']}, but files lists {len(files)} shards")
     for name, facts in files.items():
-        place = (facts["dp"], facts["tp"], facts["pp"])
-        rank = rank_of(*place, dp, tp)
-        if not (0 <= place[0] < dp and 0 <= place[1] < tp and 0 <= place[2] < pp) or name != shard_name(rank) \
-                or facts["rank"] != rank:
-            raise inconsistent(step_dir, f"files[{name!r}]", f"has rank {facts['rank']} at dp={place[0]} "
-                               f"tp={place[1]} pp={place[2]}, which is not its place in the dp={dp} tp={tp} pp={pp} mesh")
+        inside = 0 <= facts["dp"] < dp and 0 <= facts["tp"] < tp and 0 <= facts["pp"] < pp
+        rank = rank_of(facts["dp"], facts["tp"], facts["pp"], dp, tp)
+        if not inside or facts["rank"] != rank or name != shard_name(rank):
+            raise inconsistent(step_dir, f"files[{name!r}]", f"has rank {facts['rank']} at dp={facts['dp']} "
+                               f"tp={facts['tp']} pp={facts['pp']}, which is not its place in the "
+                               f"dp={dp} tp={tp} pp={pp} mesh")
     for name, entry in manifest["tensors"].items():
         check_pieces(step_dir, name, entry, files, tp)
 

@@ -86,7 +86,7 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
      "sequence length 11 divisible by --tp 2"),
     (["--chunks", "2"], "--chunks 2 needs --schedule interleaved"),
     (["--digits", "12"], "AdditionTask: digits must be in [1, 9], got 12"),
-    (["--data", "/no/such/file.txt"], "No such file or directory: '/no/such/file.txt'"),
+    (["--data", "/no/such/file.txt"], "--data /no/such/file.txt: No such file or directory"),
 ])
 def test_bad_flags_are_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
