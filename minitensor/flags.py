@@ -24,3 +24,13 @@ def bad_flag(args, rules):
             if v is not None and not holds(v):
                 return f"--{dest.replace('_', '-')}={v} must be {must_be}"
     return None
+
+
+def parse_checked(parser, argv, rules):
+    """parser.parse_args(argv), then parser.error (exit 2, one line) on the first flag that
+    breaks its rule."""
+    args = parser.parse_args(argv)
+    message = bad_flag(args, rules)
+    if message:
+        parser.error(message)
+    return args
