@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import parallel
+from mpi_launch import requires_mpiexec, run_mpi
 from parallel.train import main
 
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "--digits", "2", "--log-every", "1"]
@@ -151,6 +152,17 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_on_every_rank(lr, wh
     last = int(what.split()[1][:-1]) - 1
     assert what in err and "the last finite loss was" in err and f"at step {last})" in err
     assert trained(out) == [str(s) for s in range(1, last + 1)]
+
+
+@requires_mpiexec
+def test_a_diverging_run_under_mpiexec_ends_every_rank_with_exit_1():
+    """Real processes: every rank sees the flag (MAX all-reduce), so none waits in the next
+    collective; the job ends (about a second on a quiet machine; 60 s only catches a hang)."""
+    result = run_mpi(4, ["-m", "parallel.train", *flags("--dp", "2", "--pp", "2", "--lr", "1e12", "--warmup", "0",
+                                                         steps=6)], timeout=60, check=False)
+    assert result.returncode == 1, result.stderr
+    stops = re.findall(r"^python -m parallel.train: error: rank (\d): step 2: the loss is nan", result.stderr, re.M)
+    assert sorted(stops) == ["0", "1", "2", "3"]
 
 
 # --- item 9: --data that is not UTF-8 -------------------------------------------------------------
