@@ -11,7 +11,8 @@ TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "16", "
 
 
 def test_six_layouts_of_eight_ranks_pass_the_single_device_check():
-    result = run_mpi(8, [SCRIPTS / "hybrid_train_layouts.py"], timeout=300)  # ~20 s on a quiet machine; the bound only catches a hang
+    # ~20 s on a quiet machine: the 300 s bound only catches a hang
+    result = run_mpi(8, [SCRIPTS / "hybrid_train_layouts.py"], timeout=300)
     checks = re.findall(r"^layout (\d,\d,\d) check (\S+)$", result.stdout, re.MULTILINE)
     assert [layout for layout, _ in checks] == ["2,2,2", "1,2,4", "4,2,1", "2,4,1", "8,1,1", "1,1,8"]
     assert all(float(worst) <= 1e-9 for _, worst in checks)
