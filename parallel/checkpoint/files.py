@@ -104,7 +104,7 @@ def latest_name(root):
 
 
 def last_good(root):
-    """'the last good checkpoint is DIR/step_N (DIR/latest)', or that there is none."""
+    """'the last good checkpoint is DIR/step_N (named by latest)', or that there is none."""
     name = latest_name(root)
     if name is None:
         return f"there is no earlier checkpoint in {root}"
@@ -131,8 +131,6 @@ def complete_steps(root):
 def prune(root, step, keep):
     """After saving `step`: delete the complete checkpoints below it but the newest keep-1.
     Checkpoints above `step` are never touched."""
-    if keep < 1:
-        raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
     older = [path for s, path in complete_steps(root) if s < step]
     for path in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(path)

@@ -151,11 +151,11 @@ def check_pieces(step_dir, name, entry, files, tp):
 
 def possible_piece(shape, full, axis, tp):
     """A replicated piece is the full shape; a tp shard is full_shape but along tp_axis, where
-    tp pieces cover full_shape[axis] with less than one piece of padding."""
+    it holds ceil(full / tp) (a vocabulary is padded up to a multiple of tp)."""
     if axis is None:
         return list(shape) == full
-    others_equal = len(shape) == len(full) and all(s == f for i, (s, f) in enumerate(zip(shape, full)) if i != axis)
-    return others_equal and shape[axis] * (tp - 1) < full[axis] <= shape[axis] * tp
+    expected = [-(-n // tp) if i == axis else n for i, n in enumerate(full)]
+    return list(shape) == expected
 
 
 def check_config(manifest, config, step_dir):

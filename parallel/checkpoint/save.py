@@ -78,6 +78,8 @@ def save_checkpoint(directory, model, optimizer=None, mesh=None, *, step, config
     exposes; the data sampler's state, ...). The newest `keep` complete checkpoints are
     kept. Returns the step directory's Path.
     """
+    if keep < 1:  # checked on every rank, before any rank writes
+        raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
     optimizer, mesh, config = model_facts(model, optimizer, mesh, config)
     mesh, coords, dims = mesh_facts(mesh)
     world, root = mesh.world, Path(directory)

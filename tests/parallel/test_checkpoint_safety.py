@@ -149,3 +149,20 @@ def test_a_manifest_that_disagrees_with_itself_or_the_shards_is_refused(tmp_path
     seal(step_dir)  # the checksum matches: only the cross-checks can catch it
     for message, unchanged in load_errors(tmp_path):
         assert unchanged and f"the manifest {step_dir / 'manifest.json'}: {field}" in message, message
+
+
+def test_keep_below_one_is_refused_before_anything_is_written(tmp_path):
+    def body():
+        with pytest.raises(ValueError, match="keep=0: at least the newest checkpoint must be kept"):
+            save_checkpoint(tmp_path / "ckpt", hybrid(), step=1, keep=0)
+    run_threads(1, body)
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_possible_piece_is_ceil_of_the_full_size_over_tp_along_tp_axis():
+    from parallel.checkpoint.manifest import possible_piece
+    assert possible_piece([2, 16], [13, 16], 0, 8)  # vocabulary 13 padded to 16 over tp=8: the last piece is padding
+    assert possible_piece([13, 16], [13, 16], None, 8)
+    assert not possible_piece([1, 16], [13, 16], 0, 8)
+    assert not possible_piece([2, 8], [13, 16], 0, 8)
+    assert not possible_piece([13, 8], [13, 16], None, 2)
