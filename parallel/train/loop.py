@@ -50,8 +50,10 @@ def check_finite(model, loss, step, losses, group):
     flags = np.array([not math.isfinite(loss), not grads_finite], dtype=np.int64)
     bad_loss, bad_grad = group.all_reduce(flags, op="max")
     if bad_loss or bad_grad:
-        what = f"the loss is {loss}" if bad_loss else "the gradient norm is not finite (a gradient holds inf or nan)"
-        last = f"the last finite loss was {losses[-1]:.6g} at step {step - 1}" if losses else "no step finished"
+        what = (f"the loss is not finite ({loss})" if bad_loss else
+                "the gradient norm is not finite (a gradient holds inf or nan)")
+        last = (f"the last finite loss was {losses[-1]:.6g} at step {step - 1}" if losses else
+                "no step of this run finished before it")
         raise TrainingStopped(f"step {step}: {what}; stopped before its optimizer step ({last}); "
                               f"try a smaller --lr or a longer --warmup")
 
