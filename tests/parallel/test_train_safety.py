@@ -161,7 +161,8 @@ def test_a_diverging_run_under_mpiexec_ends_every_rank_with_exit_1():
     result = run_mpi(4, ["-m", "parallel.train", *flags("--dp", "2", "--pp", "2", "--lr", "1e12", "--warmup", "0",
                                                          steps=6)], timeout=60, check=False)
     assert result.returncode == 1, result.stderr
-    stops = re.findall(r"^python -m parallel.train: error: rank (\d): step 2: the loss is not finite \(nan\)", result.stderr, re.M)
+    stops = re.findall(r"^python -m parallel.train: error: rank (\d): step 2: the loss is not finite \(nan\)",
+                       result.stderr, re.M)
     assert sorted(stops) == ["0", "1", "2", "3"]
 
 
