@@ -23,6 +23,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
@@ -220,7 +221,7 @@ def main(argv=None):
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--release-memory", action="store_true",
                         help="leave malloc's defaults (freed memory goes back to the OS every step)")
-    args = parser.parse_args(argv)
+    args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
     threads = blas_threads()
     kept = not args.release_memory and keep_freed_memory()
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "

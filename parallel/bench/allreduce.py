@@ -13,6 +13,7 @@ busbw is what each rank's link carries, so it is comparable across n.
 import argparse
 import time
 
+from minitensor.flags import AT_LEAST_1, parse_checked
 from parallel.launch import run_on_mpi_ranks
 
 KIB, MIB = 1024, 1024 * 1024
@@ -23,7 +24,7 @@ def parse(argv):
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts to run (default 2 4)")
     parser.add_argument("--max-mib", type=int, default=64, help="largest buffer in MiB (default 64)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "max_mib": AT_LEAST_1})
 
 
 def main(argv):

@@ -13,6 +13,7 @@ so n ranks process n times the tokens of one (weak scaling; perfect scaling = n√
 import argparse
 import time
 
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from parallel.bench import collect, report
 from parallel.launch import run_on_mpi_ranks
 
@@ -27,7 +28,7 @@ def parse(argv):
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--no-overlap", action="store_true", help="all-reduce after backward, not during it")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
 
 
 def main(argv):

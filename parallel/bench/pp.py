@@ -14,6 +14,7 @@ with one BLAS thread per rank, for gpipe, 1f1b and 1f1b with checkpointing.
 import argparse
 import time
 
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from parallel.bench import collect, report
 from parallel.launch import run_on_mpi_ranks
 
@@ -30,7 +31,7 @@ def parse(argv):
     parser.add_argument("--steps", type=int, default=3, help="timed steps per case (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return parse_checked(parser, argv, {"microbatches": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
 
 
 def main(argv):

@@ -30,6 +30,7 @@ an all-gather or reduce-scatter (N = the whole, gathered array) (n−1)/n·N·w.
 import argparse
 import time
 
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from parallel.bench import collect, report
 from parallel.launch import run_on_mpi_ranks
 
@@ -57,7 +58,7 @@ def parse(argv):
     parser.add_argument("--steps", type=int, default=5, help="timed steps per layout (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--worker", choices=list(LAYOUTS), help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    return parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
 
 
 def main(argv):

@@ -11,6 +11,11 @@ atomic `rename` on POSIX file systems) and only then rewrites `latest` (written 
 `latest.tmp`, then `os.replace`d over it, also atomic). A crash at any moment leaves
 `latest` naming a whole checkpoint; the older ones are pruned only after that.
 Every file is flushed and fsync'ed before the rename that publishes it.
+
+Pruning never deletes what a resume would need: after saving step N it keeps step N
+(now `latest`) and the keep-1 newest checkpoints BELOW N, and never touches one above N
+(another run's, or one this run cannot vouch for). A save that fails removes its own
+`.tmp` directory and leaves `latest` and every published checkpoint as they were.
 """
 import hashlib
 import os
@@ -71,15 +76,39 @@ def begin_save(root, step):
     return tmp
 
 
-def commit_save(tmp, keep):
+def commit_save(tmp, step, keep):
     """Rank 0, after every shard and the manifest are durable: publish, point latest, prune."""
     tmp = Path(tmp)
     root, final = tmp.parent, tmp.with_suffix("")
     os.rename(tmp, final)
     fsync_dir(root)
     point_latest(root, final.name)
-    prune(root, keep)
+    prune(root, step, keep)
     return final
+
+
+def abandon_save(tmp):
+    """Remove a failed save's directory: `step_N.tmp`, or `step_N` if it was renamed but
+    `latest` never came to name it. Returns the message's tail: where the last good one is."""
+    tmp = Path(tmp)
+    root, final = tmp.parent, tmp.with_suffix("")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if final.is_dir() and latest_name(root) != final.name:
+        shutil.rmtree(final, ignore_errors=True)
+    return last_good(root)
+
+
+def latest_name(root):
+    pointer = Path(root) / LATEST
+    return pointer.read_text().strip() if pointer.is_file() else None
+
+
+def last_good(root):
+    """'the last good checkpoint is DIR/step_N (named by latest)', or that there is none."""
+    name = latest_name(root)
+    if name is None:
+        return f"there is no earlier checkpoint in {root}"
+    return f"the last good checkpoint is {Path(root) / name} (named by {LATEST})"
 
 
 def point_latest(root, name):
@@ -99,12 +128,32 @@ def complete_steps(root):
     return sorted(found)
 
 
-def prune(root, keep):
-    """Delete all but the newest `keep` complete checkpoints."""
-    if keep < 1:
-        raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
-    for _, path in complete_steps(root)[:-keep]:
+def prune(root, step, keep):
+    """After saving `step`: delete the complete checkpoints below it but the newest keep-1.
+    Checkpoints above `step` are never touched."""
+    older = [path for s, path in complete_steps(root) if s < step]
+    for path in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(path)
+
+
+def checkpoints_after(root, step):
+    """[(step, path)] of the complete checkpoints in root newer than `step`."""
+    root = Path(root)
+    return [(s, path) for s, path in complete_steps(root) if s > step] if root.is_dir() else []
+
+
+def remove_after(root, step):
+    """Delete the checkpoints in root newer than `step`, and point `latest` at the newest one
+    left (or remove it if none is). Returns the removed paths."""
+    removed = [path for _, path in checkpoints_after(root, step)]
+    for path in removed:
+        shutil.rmtree(path)
+    left = complete_steps(root)
+    if left:
+        point_latest(root, left[-1][1].name)
+    else:
+        Path(root, LATEST).unlink(missing_ok=True)
+    return removed
 
 
 def resolve(path):

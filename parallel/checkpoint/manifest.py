@@ -16,14 +16,25 @@ are whole arrays of `shape`, [lo, hi) when they are that rank's ZeRO range of th
 flattened local array, absent when the rank has no moments for it.
 Every rank builds its own record (what its file holds); the records are all-gathered
 (buffer collectives only: JSON as bytes) and rank 0 writes their union.
+
+The manifest is not trusted either. Beside it, `manifest.sha256` holds the SHA-256 of its
+bytes; reading checks that first, then that the manifest agrees with itself and the
+directory: every shard file on disk is listed, every file's coordinates are its rank's
+place in the mesh, and every piece lies in a listed file at that file's coordinates with
+a shape that its tensor's full_shape and tp_axis allow.
 """
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
 
+from ..mesh import rank_of
 from ..tensor_parallel.sharding import dense_shape, tp_axis
-from .files import MANIFEST, CheckpointError, sha256_of
+from .files import MANIFEST, CheckpointError, sha256_of, shard_name, write_durably
+
+MANIFEST_SUM = "manifest.sha256"
+SHARD_GLOB = "rank_*.npz"
 
 FORMAT, VERSION = "minitensor-parallel-checkpoint", 1
 
@@ -62,15 +73,90 @@ def config_dict(config):
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
 
 
+def write_manifest(step_dir, manifest):
+    """manifest.json and, beside it, manifest.sha256: the checksum of its bytes."""
+    data = json.dumps(manifest, indent=1).encode()
+    write_durably(step_dir / MANIFEST, lambda f: f.write(data))
+    write_durably(step_dir / MANIFEST_SUM, lambda f: f.write(hashlib.sha256(data).hexdigest().encode() + b"\n"))
+
+
 def read_manifest(step_dir):
-    path = step_dir / MANIFEST
+    """The manifest of step_dir, checked against its checksum, itself and the shard files."""
+    path, sum_path = step_dir / MANIFEST, step_dir / MANIFEST_SUM
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        data, expected = path.read_bytes(), sum_path.read_text().strip()
+    except OSError as error:
+        raise CheckpointError(f"cannot read the manifest {path} or its checksum: {error}") from None
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise CheckpointError(f"the manifest {path} fails its SHA-256 checksum in {sum_path}: "
+                              f"it was edited or is corrupt; nothing was loaded")
+    try:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"cannot read the manifest {path}: {error}") from None
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise CheckpointError(f"{path} is not a {FORMAT} manifest of version {VERSION}")
+    try:
+        check_consistency(manifest, step_dir)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as error:  # a field missing or of the wrong kind
+        raise CheckpointError(f"the manifest {path} is malformed: {type(error).__name__} {error}") from None
     return manifest
+
+
+def inconsistent(step_dir, field, text):
+    return CheckpointError(f"the manifest {step_dir / MANIFEST}: {field} {text}; nothing was loaded")
+
+
+def check_consistency(manifest, step_dir):
+    """A CheckpointError naming the first field that disagrees with the mesh, the files on disk
+    or the tensors' shapes."""
+    mesh, files = manifest["mesh"], manifest["files"]
+    dp, tp, pp = (int(mesh[axis]) for axis in ("dp", "tp", "pp"))
+    on_disk = sorted(p.name for p in step_dir.glob(SHARD_GLOB))
+    unlisted = [name for name in on_disk if name not in files]
+    if unlisted:
+        raise inconsistent(step_dir, "files", f"does not list the shard {step_dir / unlisted[0]} on disk")
+    if not dp * tp * pp == manifest["world_size"] == len(files):
+        raise inconsistent(step_dir, "mesh/world_size", f"say dp={dp} x tp={tp} x pp={pp} = {dp * tp * pp} and "
+                           f"world_size={manifest['world_size']}, but files lists {len(files)} shards")
+    for name, facts in files.items():
+        inside = 0 <= facts["dp"] < dp and 0 <= facts["tp"] < tp and 0 <= facts["pp"] < pp
+        rank = rank_of(facts["dp"], facts["tp"], facts["pp"], dp, tp)
+        if not inside or facts["rank"] != rank or name != shard_name(rank):
+            raise inconsistent(step_dir, f"files[{name!r}]", f"has rank {facts['rank']} at dp={facts['dp']} "
+                               f"tp={facts['tp']} pp={facts['pp']}, which is not its place in the "
+                               f"dp={dp} tp={tp} pp={pp} mesh")
+    for name, entry in manifest["tensors"].items():
+        check_pieces(step_dir, name, entry, files, tp)
+
+
+def check_pieces(step_dir, name, entry, files, tp):
+    """Every piece of one tensor is in a listed file, at its coordinates, with a possible shape."""
+    full, axis = list(entry["full_shape"]), entry["tp_axis"]
+    if axis is not None and not 0 <= axis < len(full):
+        raise inconsistent(step_dir, f"tensors[{name!r}].tp_axis", f"is {axis}, but full_shape is {full}")
+    for piece in entry["pieces"]:
+        field = f"tensors[{name!r}].pieces (file {piece['file']})"
+        facts = files.get(piece["file"])
+        if facts is None:
+            raise inconsistent(step_dir, field, "names a file that files does not list")
+        if any(piece[k] != facts[k] for k in ("dp", "tp", "pp")):
+            raise inconsistent(step_dir, field, f"has dp={piece['dp']} tp={piece['tp']} pp={piece['pp']}, but its "
+                               f"file is at dp={facts['dp']} tp={facts['tp']} pp={facts['pp']}")
+        if not possible_piece(piece["shape"], full, axis, tp):
+            raise inconsistent(step_dir, field, f"has shape {piece['shape']}, impossible for full_shape {full} "
+                               f"with tp_axis={axis} over tp={tp}")
+
+
+def possible_piece(shape, full, axis, tp):
+    """A replicated piece is the full shape; a tp shard is full_shape but along tp_axis, where
+    it holds ceil(full / tp) (a vocabulary is padded up to a multiple of tp)."""
+    if axis is None:
+        return list(shape) == full
+    expected = [-(-n // tp) if i == axis else n for i, n in enumerate(full)]
+    return list(shape) == expected
 
 
 def check_config(manifest, config, step_dir):

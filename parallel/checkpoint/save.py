@@ -5,21 +5,25 @@
                                                                    ├─ all-gather records
     rank 0:  manifest.json from every record ◀─────────────────────┘
              rename step_000123.tmp ─▶ step_000123, then latest ─▶ step_000123, prune to keep
-    all:     barrier (nobody returns before the checkpoint is published)
+    all:     all-gather rank 0's outcome (nobody returns before the checkpoint is published)
+
+A step that fails with an OSError on any rank (disk full, ...) fails on every rank alike:
+each rank's outcome is in the all-gather that follows the step, so every rank raises the
+same CheckpointError, rank 0 removes step_000123.tmp, and `latest` stays where it was.
 
 Each file holds `param/<name>` (the rank's local array), `exp_avg/<name>` and
 `exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO)
 and `rng` (its random generators as JSON). dp replicas write identical parameters
 (every file describes its whole rank); the loader reads dp rank 0's.
 """
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ..comm.gather import all_gather_json
-from .files import MANIFEST, CheckpointError, begin_save, commit_save, shard_name, step_name, write_durably
-from .manifest import build_manifest, rank_record
+from .files import (CheckpointError, abandon_save, begin_save, commit_save, last_good, shard_name, step_name,
+                    write_durably)
+from .manifest import build_manifest, rank_record, write_manifest
 from .reshard import key
 from .state import MOMENTS, moments_by_name, named_parameters, optimizer_type, rng_state_json
 
@@ -41,25 +45,54 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
     (a JSON-able dict: the data sampler's state, ...). The newest `keep` complete
     checkpoints are kept. Returns the step directory's Path.
     """
+    if keep < 1:  # checked on every rank, before any rank writes
+        raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
     mesh, optimizer = model.mesh, model.optimizer
     world, root = mesh.world, Path(directory)
     final = root / step_name(step)
     if final.exists():  # checked on every rank, so every rank raises
         raise CheckpointError(f"checkpoint {final} already exists; save step {step} elsewhere or remove it")
-    if world.rank == 0:
-        begin_save(root, step)
-    world.barrier()
     tmp = root / (step_name(step) + ".tmp")
+    began = attempt(lambda: str(begin_save(root, step))) if world.rank == 0 else None
+    fail_together(all_gather_json(world, began), tmp, world)  # no rank writes before the directory exists
     params = named_parameters(model)
     moments = moments_by_name(optimizer, params)
     path = tmp / shard_name(world.rank)
-    write_shard(path, params, moments, rng_state_json(model))
-    records = all_gather_json(world, rank_record(path, world.rank, mesh.coords._asdict(), params, moments))
+
+    def write_and_describe():
+        write_shard(path, params, moments, rng_state_json(model))
+        return rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
+    records = all_gather_json(world, attempt(write_and_describe))
+    fail_together(records, tmp, world)
+    outcome = None
     if world.rank == 0:
         optim = {"type": optimizer_type(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None}
         manifest = build_manifest(records, step, model.config, model.layout(), mesh.sizes(), optim, extra or {})
-        write_durably(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-        commit_save(tmp, keep)
-    world.barrier()
+
+        def publish():
+            write_manifest(tmp, manifest)
+            commit_save(tmp, step, keep)
+        outcome = attempt(publish)
+    fail_together(all_gather_json(world, outcome), tmp, world)  # also: nobody returns before publication
     return final
+
+
+def attempt(action):
+    """action()'s result, or {"error": what went wrong} if it raised OSError (disk full, ...)."""
+    try:
+        return action()
+    except OSError as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def fail_together(records, tmp, world):
+    """If any rank's record is an error, every rank raises the same CheckpointError (rank 0
+    first removes the failed save's directory); the model and optimizer are untouched."""
+    failed = [(rank, r["error"]) for rank, r in enumerate(records) if isinstance(r, dict) and "error" in r]
+    if not failed:
+        return
+    rank, error = failed[0]
+    where = abandon_save(tmp) if world.rank == 0 else last_good(tmp.parent)
+    raise CheckpointError(f"saving {tmp.with_suffix('').name} failed on rank {rank} ({error}); "
+                          f"removed {tmp}; {where}")

@@ -11,6 +11,8 @@ import re
 import sys
 from dataclasses import replace
 
+from minitensor.flags import AT_LEAST_1, parse_checked
+
 from .layout import PRECISIONS, SCHEDULES
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
 from .profiles import load_profile, packaged_profiles
@@ -100,9 +102,12 @@ def format_table(estimates):
                      for row in rows)
 
 
+POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain")
+
+
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_checked(parser, argv, dict.fromkeys(POSITIVE_INTS, AT_LEAST_1))
     if args.calibrate:
         from .calibrate import calibrate
         calibrate(args.output)
@@ -113,6 +118,9 @@ def main(argv=None):
     batch = args.batch or DEFAULT_BATCH[args.config]
     try:
         profile = load_profile(args.device)
+    except ValueError as error:
+        parser.error(f"--device {args.device}: {error}")
+    try:
         dtype = resolve_dtype(args.dtype, profile)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
                       args.schedule, args.allow_inter_node_tp)

@@ -24,14 +24,23 @@ def load_profile(name_or_path):
         return {"name": name_or_path, **packaged[name_or_path]}
     for path in (cache_dir() / f"{name_or_path}.json", Path(name_or_path)):
         if path.is_file():
-            profile = json.loads(path.read_text())
+            profile = read_json(path)
             check_profile(profile, path)
             return {"name": profile.get("name", path.stem), **profile}
     raise ValueError(f"unknown device {name_or_path!r}: not one of {', '.join(packaged)}, "
                      f"not in {cache_dir()} and not a JSON file")
 
 
+def read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"the profile {path} is not JSON ({error})") from None
+
+
 def check_profile(profile, source):
+    if not isinstance(profile, dict):
+        raise ValueError(f"the profile {source} is not a JSON object of a device's figures")
     missing = {"peak_flops", "memory_gib", "devices_per_node", "intra", "inter",
                "efficiency"} - set(profile)
     if missing:

@@ -1,14 +1,19 @@
 """The command line of `python -m parallel.train`: flags, their checks, and the launch.
 
-Every flag is checked before any rank builds anything, so a bad layout is one clear
-message (on every MPI rank, each of which exits with status 2) instead of a hang.
+Every flag, and every file the run will read or write, is checked before any rank
+builds anything, so a bad layout is one clear message (on every MPI rank, each of which
+exits with status 2) instead of a hang or a failure after hours of training.
 """
 import argparse
 
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
+
+from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..pipeline.schedules import SCHEDULES
 from .errors import configure_world, seconds
-from .loop import train
+from .loop import TrainingStopped, train
+from .preflight import check_outputs
 from .task import make_task, task_defaults
 
 EXAMPLES = """examples:
@@ -16,6 +21,16 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 8 --dp 2 --tp 2 --pp 2 --microbatches 4
   mpiexec -n 8 python -m mpi4py -m parallel.train --dp 2 --tp 2 --pp 2 --microbatches 4 --schedule 1f1b
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
+
+checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
+step N the newest two at or below N are kept, and a checkpoint newer than N is never
+deleted. DIR must hold no checkpoint, unless this run resumes from DIR's own step S and
+DIR holds none newer than S; --overwrite deletes those in the way before training.
+A save that fails removes its partial step_N.tmp and stops the run, naming the last good
+checkpoint. --resume DIR continues up to --steps in total (which must exceed its step).
+
+exit status: 0 done; 1 a save failed, or the loss or gradient norm was not finite (the
+run stops at that step on every rank); 2 bad flags or destinations, before any training.
 """
 
 
@@ -54,9 +69,12 @@ def build_parser():
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
                      help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
     out.add_argument("--trace", metavar="OUT.json", help="write the last step's Chrome trace of all ranks")
-    out.add_argument("--save", metavar="DIR", help="save checkpoints into DIR")
+    out.add_argument("--save", metavar="DIR", help="save checkpoints into DIR (see 'checkpoints' below)")
+    out.add_argument("--overwrite", action="store_true",
+                     help="delete the checkpoints in --save DIR that this run does not continue from")
     out.add_argument("--save-every", type=int, metavar="N", help="save every N steps (and after the last)")
-    out.add_argument("--resume", metavar="DIR", help="resume from the latest checkpoint in DIR (any layout)")
+    out.add_argument("--resume", metavar="DIR", help="resume from the latest checkpoint in DIR, or from the step "
+                     "directory DIR (any layout)")
     out.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: at the end)")
     out.add_argument("--log-every", type=int, metavar="N", help="progress line every N steps")
     out.add_argument("--timeout", type=seconds, metavar="SECONDS",
@@ -80,12 +98,17 @@ def fill_defaults(args):
     return args
 
 
+RANGES = {**dict.fromkeys(("dp", "tp", "pp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
+                            "n_head", "d_model", "block_size", "threads", "check"), AT_LEAST_1),
+          "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+          **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every"), AT_LEAST_0)}
+
+
 def check_args(args, world_size):
     """A ValueError naming the values for every flag combination that cannot run."""
-    for name in ("dp", "tp", "pp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer", "n_head",
-                 "d_model", "block_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be ≥ 1")
+    message = bad_flag(args, RANGES)
+    if message:
+        raise ValueError(message)
     layout = args.dp * args.tp * args.pp
     if layout != world_size:
         raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp} = {layout} ranks, "
@@ -111,22 +134,29 @@ def check_args(args, world_size):
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
+    if args.overwrite and not args.save:
+        raise ValueError("--overwrite needs --save DIR")
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     launched = configure_world(args)
-    if args.threads and launched.size > 1:
+    if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
+    prefix = f"{parser.prog}: error: " + (f"rank {launched.rank}: " if launched.size > 1 else "")
     try:
         fill_defaults(args)
         check_args(args, args.threads or launched.size)
         make_task(args)  # the task's own checks: --digits in range, a readable --data file
+        for path in check_outputs(args, launched.rank):  # last: with --overwrite it deletes
+            print(f"--overwrite: deleted {path}", flush=True)
     except (ValueError, OSError) as exc:
-        prefix = f"rank {launched.rank}: " if launched.size > 1 else ""
-        parser.exit(2, f"{parser.prog}: error: {prefix}{exc}\n")
-    if args.threads:
-        return run_threads(args.threads, train, args)[0]
-    return train(args)
+        parser.exit(2, f"{prefix}{exc}\n")
+    try:
+        if args.threads:
+            return run_threads(args.threads, train, args)[0]
+        return train(args)
+    except (CheckpointError, TrainingStopped) as exc:  # every rank stops alike, with the same message
+        parser.exit(1, f"{prefix}{exc}\n")
 

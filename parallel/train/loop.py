@@ -37,6 +37,27 @@ def build(args, task, group):
     return model
 
 
+class TrainingStopped(RuntimeError):
+    """The run cannot go on (the loss or a gradient is not finite); raised on every rank alike."""
+
+
+def check_finite(model, loss, step, losses, group):
+    """Stop at `step`, on every rank, if the loss or any rank's synced gradient is not finite.
+    Each rank flags its own; a MAX all-reduce over the world makes every rank see any flag
+    (no rank is left waiting in the next collective). Checked before the optimizer step, so
+    the weights stay those of the last finite step."""
+    grads_finite = all(np.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    flags = np.array([not math.isfinite(loss), not grads_finite], dtype=np.int64)
+    bad_loss, bad_grad = group.all_reduce(flags, op="max")
+    if bad_loss or bad_grad:
+        what = (f"the loss is not finite ({loss})" if bad_loss else
+                "the gradient norm is not finite (a gradient holds inf or nan)")
+        last = (f"the last finite loss was {losses[-1]:.6g} at step {step - 1}" if losses else
+                "no step of this run finished before it")
+        raise TrainingStopped(f"step {step}: {what}; stopped before its optimizer step ({last}); "
+                              f"try a smaller --lr or a longer --warmup")
+
+
 def say(group, text):
     if group.rank == 0 and text:
         print(text, flush=True)
@@ -60,7 +81,7 @@ def train(args):
     start = time.perf_counter()
     for step in range(first, args.steps + 1):
         checking = checker if checker and step < first + args.check else None
-        loss, step_stats = train_one_step(args, model, task, step, checking, group)
+        loss, step_stats = train_one_step(args, model, task, step, checking, group, losses)
         losses.append(loss)
         done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
@@ -74,9 +95,10 @@ def train(args):
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 
-def train_one_step(args, model, task, step, checking, group):
+def train_one_step(args, model, task, step, checking, group, losses):
     """One optimizer step over --accumulate global batches; returns (mean loss, this step's
-    communication). `checking`: the SingleDeviceCheck to run this step, or None."""
+    communication). `checking`: the SingleDeviceCheck to run this step, or None; `losses`:
+    those of the steps before (for the message if this one is not finite)."""
     lr = learning_rate(args, step)
     model.optimizer.defaults["lr"] = lr
     batches = [global_batch(task, args, step, k) for k in range(args.accumulate)]
@@ -84,6 +106,7 @@ def train_one_step(args, model, task, step, checking, group):
     loss = float(np.mean([model.train_step(idx, targets) for idx, targets in batches]))
     model.finish_grad_sync()
     sync_stats = model.communication_stats()  # before --check's gathers, which are not part of training
+    check_finite(model, loss, step, losses, group)
     if checking is not None:
         say(group, checking.check_step(model, batches, loss, step, lr))
     model.reset_communication_stats()

@@ -33,8 +33,19 @@ def task_defaults(args):
 
 def make_task(args):
     if args.data:
-        return CharDataset(Path(args.data).read_text(), args.block_size, seed=args.seed)
+        return CharDataset(read_text(args.data), args.block_size, seed=args.seed)
     return AdditionTask(digits=args.digits, seed=args.seed)
+
+
+def read_text(path):
+    """The --data file as text; a ValueError naming the flag and the file if it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--data {path} is not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset "
+                         f"{error.start} ({error.reason}); give a UTF-8 text file") from None
+    except OSError as error:
+        raise ValueError(f"--data {path}: {error.strerror or error}") from None
 
 
 def global_batch(task, args, step, micro=0):

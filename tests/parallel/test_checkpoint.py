@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import parallel
 from minitensor.models.gpt import GPTConfig
 from parallel import run_threads
 from parallel.checkpoint import CheckpointError, check_layout, load_checkpoint, open_manifest, save_checkpoint
@@ -209,30 +208,7 @@ def test_no_checkpoint_and_a_dangling_latest_are_named(tmp_path):
         load_checkpoint(tmp_path, model)
 
 
-# --- atomic publication, pruning -------------------------------------------------------------
-
-def test_a_crash_between_shard_writes_leaves_latest_at_the_previous_checkpoint(tmp_path, monkeypatch):
-    save_after(tmp_path, (2, 1, 1), 1)
-    from parallel.checkpoint import save as save_module
-    write_shard = save_module.write_shard
-
-    def crash_on_rank_1(path, *args):
-        if parallel.world().rank == 1:
-            raise OSError("disk full (injected)")
-        write_shard(path, *args)
-    monkeypatch.setattr(save_module, "write_shard", crash_on_rank_1)
-    with pytest.raises(OSError, match="injected"):
-        save_after(tmp_path, (2, 1, 1), 2)
-    assert (tmp_path / "latest").read_text().strip() == "step_000001"
-    assert not (tmp_path / "step_000002").exists()
-    assert sorted(p.name for p in (tmp_path / "step_000002.tmp").iterdir()) == ["rank_00000.npz"]
-    _, meta = resume(tmp_path, (1, 1, 1), 1)
-    assert meta["step"] == 1
-    monkeypatch.setattr(save_module, "write_shard", write_shard)
-    save_after(tmp_path, (2, 1, 1), 2)  # the leftover of the crashed save is replaced
-    assert (tmp_path / "latest").read_text().strip() == "step_000002"
-    assert not (tmp_path / "step_000002.tmp").exists()
-
+# --- pruning (a failed save, pruning below another run: test_checkpoint_safety.py) -----------
 
 class CrashingFileSystem:
     """Stands in for the `os` and `shutil` modules and the `open` that checkpoint/files.py

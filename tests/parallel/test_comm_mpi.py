@@ -1,6 +1,5 @@
 """parallel.comm's MPI backend on real ranks: `mpiexec -n 2` and `-n 4` in a subprocess with a timeout."""
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,10 @@ def test_every_operation_on_real_ranks(n):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_an_exception_on_one_rank_ends_the_whole_job(n):
-    start = time.monotonic()
+    # a hang fails in run_mpi's timeout (the job ends in ~2 s on a quiet machine: 30x margin)
     result = run_mpi(n, [SCRIPTS / "failures.py", "raise"], timeout=60, check=False)
     assert result.returncode != 0
     assert f"ValueError: rank {n - 1} failed on purpose" in result.stderr
-    assert time.monotonic() - start < 30
 
 
 def test_recv_into_the_wrong_buffer_names_both_shapes_and_dtypes():

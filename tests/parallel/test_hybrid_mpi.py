@@ -1,7 +1,6 @@
 """The 3D model and the training job on 8 real MPI ranks (`mpiexec -n 8`, oversubscribed on a laptop)."""
 import json
 import re
-import time
 from pathlib import Path
 
 from mpi_launch import requires_mpiexec, run_mpi
@@ -12,7 +11,8 @@ TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "16", "
 
 
 def test_six_layouts_of_eight_ranks_pass_the_single_device_check():
-    result = run_mpi(8, [SCRIPTS / "hybrid_train_layouts.py"], timeout=90)
+    # ~20 s on a quiet machine: the 300 s bound only catches a hang
+    result = run_mpi(8, [SCRIPTS / "hybrid_train_layouts.py"], timeout=300)
     checks = re.findall(r"^layout (\d,\d,\d) check (\S+)$", result.stdout, re.MULTILINE)
     assert [layout for layout, _ in checks] == ["2,2,2", "1,2,4", "4,2,1", "2,4,1", "8,1,1", "1,1,8"]
     assert all(float(worst) <= 1e-9 for _, worst in checks)
@@ -36,8 +36,8 @@ def test_the_main_job_under_mpiexec_prints_its_report_and_writes_the_trace(tmp_p
 
 
 def test_a_layout_that_does_not_fit_the_world_is_an_error_on_every_rank():
-    start = time.monotonic()
+    # a hang fails in run_mpi's timeout
     result = run_mpi(8, ["-m", "parallel.train", "--dp", "2", "--tp", "2", *TINY], timeout=60, check=False)
-    assert result.returncode != 0 and time.monotonic() - start < 30
+    assert result.returncode != 0
     for rank in range(8):
         assert f"rank {rank}: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8" in result.stderr
