@@ -5,13 +5,15 @@ builds anything, so a bad layout is one clear message (on every MPI rank, each o
 exits with status 2) instead of a hang or a failure after hours of training.
 """
 import argparse
+import sys
+import time
 
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..pipeline.schedules import SCHEDULES
-from .errors import configure_world, seconds
+from .errors import REPORT_DELAY_S, configure_world, seconds
 from .loop import TrainingStopped, train
 from .preflight import check_outputs
 from .task import make_task, task_defaults
@@ -152,11 +154,22 @@ def main(argv=None):
         for path in check_outputs(args, launched.rank):  # last: with --overwrite it deletes
             print(f"--overwrite: deleted {path}", flush=True)
     except (ValueError, OSError) as exc:
-        parser.exit(2, f"{prefix}{exc}\n")
+        exit_once(parser, launched, 2, f"{prefix}{exc}\n")
     try:
         if args.threads:
             return run_threads(args.threads, train, args)[0]
         return train(args)
     except (CheckpointError, TrainingStopped) as exc:  # every rank stops alike, with the same message
-        parser.exit(1, f"{prefix}{exc}\n")
+        exit_once(parser, launched, 1, f"{prefix}{exc}\n")
 
+
+def exit_once(parser, launched, status, message):
+    """Exit with `message` when every rank fails alike. Under MPI the ranks after 0 wait
+    REPORT_DELAY_S first, and rank 0 ends the whole job (Group.abort) after printing, so the
+    message appears once and no rank is left waiting."""
+    if launched.size == 1:
+        parser.exit(status, message)
+    if launched.rank > 0:
+        time.sleep(REPORT_DELAY_S)
+    print(message, end="", file=sys.stderr, flush=True)
+    launched.abort(status)

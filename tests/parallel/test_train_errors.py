@@ -5,6 +5,7 @@ README's multi-machine launch line (mpiexec -f HOSTFILE) runs here through a hos
 import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from parallel.comm import CommTimeout
 from parallel.train import main
 from parallel.train.errors import run_job
 
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "1", "--batch", "8", "--digits", "2", "--steps", "1"]
 ERROR = "python -m parallel.train: error: "
 
@@ -44,14 +46,17 @@ def test_a_bug_shows_its_traceback_then_the_line(capsys):
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_threads_job_names_the_failed_rank_and_debug_adds_the_traceback(debug, tmp_path, capsys):
-    not_a_directory = tmp_path / "file"
-    not_a_directory.write_text("")
-    argv = TINY + ["--threads", "2", "--dp", "2", "--save", str(not_a_directory)] + ["--debug"] * debug
+def test_a_threads_job_names_the_failed_rank_and_debug_adds_the_traceback(debug, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "file"
+
+    def evaluate_fails(model, task):  # the evaluation runs on rank 0 only, while rank 1 waits
+        raise FileExistsError(17, "File exists", str(path))
+    monkeypatch.setattr(loop, "evaluate", evaluate_fails)
+    argv = TINY + ["--threads", "2", "--dp", "2"] + ["--debug"] * debug
     with pytest.raises(SystemExit):
         run_job(main, argv)
     err = capsys.readouterr().err
-    assert error_lines(err) == [f"{ERROR}FileExistsError: [Errno 17] File exists: '{not_a_directory}' "
+    assert error_lines(err) == [f"{ERROR}FileExistsError: [Errno 17] File exists: '{path}' "
                                 f"(raised on rank 0 of run_threads(world_size=2))"]
     assert ("Traceback" in err) == debug
 
@@ -85,19 +90,29 @@ def mpiexec(*args, timeout=60):
 
 
 @requires_mpiexec
-@pytest.mark.parametrize("where", ["rank 0 only", "every rank"])
-def test_an_error_on_mpi_ranks_is_one_line_and_ends_the_job(where, tmp_path):
-    if where == "rank 0 only":  # rank 0 creates the directory, the others wait in a barrier
+def test_an_error_on_one_mpi_rank_is_one_line_and_ends_the_job(tmp_path):
+    """Rank 0 fails inside training while rank 1 waits for it in a collective (no -m mpi4py)."""
+    path = tmp_path / "file"
+    result = mpiexec("-n", "2", sys.executable, SCRIPTS / "train_rank0_fails.py", path, *TINY, "--dp", "2")
+    assert result.returncode == 1, result.stderr
+    assert error_lines(result.stderr) == [f"{ERROR}rank 0 of 2: FileExistsError: [Errno 17] File exists: '{path}'"]
+    assert "Traceback" not in result.stderr
+
+
+@requires_mpiexec
+@pytest.mark.parametrize("where", ["a flag", "the save"])
+def test_an_error_on_every_mpi_rank_is_printed_once(where, tmp_path):
+    if where == "a flag":  # checked before any work, alike on every rank
         save = tmp_path / "file"
         save.write_text("")
-        expected = f"{ERROR}rank 0 of 2: FileExistsError: [Errno 17] File exists: '{save}'"
-    else:  # every rank finds the checkpoint already there
+        status, expected = 2, f"{ERROR}rank 0: --save {save} is a file, not a directory"
+    else:  # every rank finds the step's directory already there
         save = tmp_path
         (save / "step_000001").mkdir()
-        expected = (f"{ERROR}rank 0 of 2: CheckpointError: checkpoint {save / 'step_000001'} already exists; "
-                    f"save step 1 elsewhere or remove it")
+        status, expected = 1, (f"{ERROR}rank 0: checkpoint {save / 'step_000001'} already "
+                               f"exists; save step 1 elsewhere or remove it")
     result = mpiexec("-n", "2", sys.executable, "-m", "parallel.train", *TINY, "--dp", "2", "--save", save)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == status, result.stderr
     assert error_lines(result.stderr) == [expected], result.stderr
     assert "Traceback" not in result.stderr
 

@@ -157,13 +157,14 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_on_every_rank(lr, wh
 @requires_mpiexec
 def test_a_diverging_run_under_mpiexec_ends_every_rank_with_exit_1():
     """Real processes: every rank sees the flag (MAX all-reduce), so none waits in the next
-    collective; the job ends (about a second on a quiet machine; 60 s only catches a hang)."""
+    collective; the job ends (about a second on a quiet machine; 60 s only catches a hang),
+    and the message every rank agrees on is printed once, by rank 0."""
     result = run_mpi(4, ["-m", "parallel.train", *flags("--dp", "2", "--pp", "2", "--lr", "1e12", "--warmup", "0",
                                                          steps=6)], timeout=60, check=False)
     assert result.returncode == 1, result.stderr
     stops = re.findall(r"^python -m parallel.train: error: rank (\d): step 2: the loss is not finite \(nan\)",
                        result.stderr, re.M)
-    assert sorted(stops) == ["0", "1", "2", "3"]
+    assert stops == ["0"]
 
 
 # --- item 9: --data that is not UTF-8 -------------------------------------------------------------
