@@ -41,15 +41,15 @@ def zb_h1(p, m):
 
 
 def _h1_order(p, m, rank):
-    warmup = min(p - 1 - rank, m)
+    warmup, lag = min(p - 1 - rank, m), rank
     order = [Action("forward", mb) for mb in range(warmup)]
     for mb in range(m):
         if warmup + mb < m:
             order.append(Action("forward", warmup + mb))
         order.append(Action("backward_input", mb))
-        if mb >= rank:
-            order.append(Action("backward_weight", mb - rank))
-    return order + [Action("backward_weight", mb) for mb in range(max(m - rank, 0), m)]
+        if mb >= lag:
+            order.append(Action("backward_weight", mb - lag))
+    return order + [Action("backward_weight", mb) for mb in range(max(m - lag, 0), m)]
 
 
 def zb_h2(p, m):
