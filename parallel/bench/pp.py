@@ -13,6 +13,7 @@ checkpointing and the zero-bubble zb-h1 and zb-h2.
                  zb-h1/zb-h2 1 - 3m/(2m+p-1+max(m,p)), both with F = B = W;
                  at costs: the checker's simulation of the same lists with this run's
                  median forward, backward (B and W) times and free communication
+    F / B / W    those median times in ms (for 1F1B and GPipe B is the whole backward)
     peak act.    most (micro-batch) graphs a stage held at once (for zb-*: counted until
                  their W), and their bytes
 """
@@ -63,12 +64,13 @@ def main(argv):
 
 def print_table(rows):
     mib = 2 ** 20
-    print(f"{'schedule':<10} {'m':>2} {'step time':>10} {'bubble':>7} {'theory':>7} {'at costs':>8}   "
-          f"{'peak activations per stage (micro-batches, MiB)':<}")
+    print(f"{'schedule':<10} {'m':>2} {'step time':>10} {'bubble':>7} {'theory':>7} {'at costs':>8} "
+          f"{'F / B / W ms':>16}   {'peak activations per stage (micro-batches, MiB)':<}")
     for r in rows:
         stages = "   ".join(f"s{s}: {n} ({b / mib:6.2f})" for s, (n, b) in enumerate(zip(r["peaks"], r["bytes"])))
+        costs = " / ".join(f"{1e3 * t:.0f}" for t in r["costs"])
         print(f"{r['schedule']:<10} {r['m']:>2} {r['step_s']:>8.3f} s {r['bubble']:>7.3f} {r['theory']:>7.3f} "
-              f"{r['at_costs']:>8.3f}   {stages}")
+              f"{r['at_costs']:>8.3f} {costs:>16}   {stages}")
 
 
 def run_worker(schedules, microbatches, steps, warmup):
@@ -86,7 +88,7 @@ def run_worker(schedules, microbatches, steps, warmup):
             timeline = pipe.timeline()
             peaks = group.all_gather(np.array([pipe.peak_activations, pipe.peak_activation_bytes], dtype=np.int64))
             rows.append({"schedule": name, "m": m, "step_s": float(np.median(times)), "bubble": measured,
-                         "theory": theory, "at_costs": bubble_at_measured_costs(timeline, pipe),
+                         "theory": theory, **bubble_at_measured_costs(timeline, pipe),
                          "peaks": peaks[0::2].tolist(), "bytes": peaks[1::2].tolist()})
             if name in SHOWN[0] and m == SHOWN[1]:
                 slot = float(np.median([e.end - e.start for e in timeline.compute if e.kind == "forward"]))
@@ -97,7 +99,8 @@ def run_worker(schedules, microbatches, steps, warmup):
 
 
 def bubble_at_measured_costs(timeline, pipe):
-    """The checker's simulated bubble of the pipeline's lists with the step's median costs."""
+    """The checker's simulated bubble of the pipeline's lists with the step's median costs,
+    and those costs (F, B, W seconds)."""
     import numpy as np
 
     from parallel.pipeline import Timeline, check_schedule, get_schedule
@@ -106,11 +109,11 @@ def bubble_at_measured_costs(timeline, pipe):
         spans = [e.end - e.start for e in timeline.compute if e.kind in kinds]
         return float(np.median(spans)) if spans else 0.0
 
-    weight = median("backward_weight")
+    forward, weight = median("forward"), median("backward_weight")
     backward = median("backward") or median("backward_input") + weight
-    events = check_schedule(get_schedule(pipe.schedule, pipe.p, pipe.m), pipe.p, pipe.m, forward_time=median("forward"),
+    events = check_schedule(get_schedule(pipe.schedule, pipe.p, pipe.m), pipe.p, pipe.m, forward_time=forward,
                             backward_time=backward, weight_time=weight if weight else None).events
-    return Timeline(events, pipe.p).bubble_fraction()
+    return {"at_costs": Timeline(events, pipe.p).bubble_fraction(), "costs": [forward, backward - weight, weight]}
 
 
 def run_case(group, schedule, checkpoint, m, steps, warmup):

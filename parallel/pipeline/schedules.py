@@ -53,9 +53,9 @@ Under other costs the lists stay correct; rendezvous may then add waits to
 the interleaved schedule (buffered sends, like MPI's eager Send, do not).
 The executor therefore needs only blocking `send`/`recv`, in list order.
 
-Gradient accumulation order: every schedule runs the backward passes of a
-chunk in increasing micro-batch order, so GPipe, 1F1B and interleaved sum
-micro-batch gradients in the same order (bitwise equal float results).
+Gradient accumulation order: every schedule runs the backward passes (the
+W's, when split) of a chunk in increasing micro-batch order, so all of them
+sum micro-batch gradients in the same order (bitwise equal float results).
 """
 from dataclasses import dataclass
 
@@ -159,7 +159,7 @@ def interleaved(p, m, v):
 
 def get_schedule(name, p, m, v=1):
     """The schedule called `name` (one of SCHEDULES)."""
-    from .zero_bubble import zb_h1, zb_h2
+    from .zero_bubble import zb_h1, zb_h2  # here, not at the top: zero_bubble builds on this module
 
     if name == "interleaved":
         return interleaved(p, m, v)

@@ -13,9 +13,10 @@ then runs F, B, W per micro-batch, except that its W's are loosened from their B
 run r micro-batches late: the r W's still pending when the last gradient arrives fill
 the cool-down, where 1F1B waits for the backward chain. In flight (forward done, W not
 done) on every rank: at most p micro-batches, 1F1B's peak (on its rank 0).
-    bubble (F = B = W = t): (p-1)·t of 3·m·t per rank, a third of 1F1B's 3·(p-1)·t;
-    as a share of the step, 1 - 3m / (2m + p - 1 + max(m, p)), i.e.
-    (p-1)/(3m + p-1) once m >= p (with fewer micro-batches rank 0 runs out of work).
+    bubble (F = B = W = t, m >= p): (p-1)·t per rank next to 3·m·t of work, a third
+    of 1F1B's 3·(p-1)·t. As a share of the step, for any m,
+    1 - 3m / (2m + p - 1 + max(m, p)), which is (p-1)/(3m + p-1) once m >= p (with
+    fewer micro-batches rank 0 runs out of forwards to do while the first B travels).
 
 ZB-H2 (more memory, no bubble inside a rank's step). Rank r warms up with 2(p-r)-1
 forwards, so that its first B arrives exactly when its forwards are done; then at each
