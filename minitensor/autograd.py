@@ -134,13 +134,23 @@ def check_grad(tensor, grad, node_name):
         )
 
 
-def run_backward(root, grad, retain_graph=False):
+def node_gradients(node, grad):
+    """`node.backward(grad)` as a tuple: one gradient (or None) per input."""
+    input_grads = node.backward(grad)
+    return input_grads if isinstance(input_grads, tuple) else (input_grads,)
+
+
+def run_backward(root, grad, retain_graph=False, weights=None):
     """Propagate `grad` from `root` to every leaf that requires grad.
 
     Gradients of intermediate tensors live in a dict only while needed; a leaf's
     gradient is accumulated into `.grad` in place when the walk reaches it, which is
     after every consumer has contributed, so its post-accumulate hooks see the final
     value (data parallelism starts communicating there).
+
+    With `weights` (a `split_backward.WeightGradients`) the walk is the B half of a
+    split backward: each node is asked only for the gradients that flow on towards
+    the chosen inputs, and `weights` keeps the weight part for its later W call.
     """
     pending = {id(root): grad}
     for tensor in reversed(topological_order(root)):
@@ -151,9 +161,7 @@ def run_backward(root, grad, retain_graph=False):
         if node is None:
             tensor._accumulate_grad(grad)
             continue
-        input_grads = node.backward(grad)
-        if not isinstance(input_grads, tuple):
-            input_grads = (input_grads,)
+        input_grads = node_gradients(node, grad) if weights is None else weights.split(node, grad)
         for inp, g in zip(node.inputs, input_grads):
             if g is None or not inp.requires_grad:
                 continue

@@ -125,13 +125,18 @@ class MatMul(Function):
         return a @ b
 
     def backward(self, grad):
+        return self.backward_parts(grad, (True, True))
+
+    def backward_parts(self, grad, wanted):
+        """dA and/or dB as flagged in `wanted` (None for the other): a split backward asks
+        for the input's now and the weight's later (minitensor.split_backward)."""
         a, b = self.saved
         if b.ndim == 2:  # dA = dY Bᵀ; dB = Aᵀ dY, both as single GEMMs over all rows
             a2, g2 = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
-            return (g2 @ b.T).reshape(a.shape), a2.T @ g2
-        grad_a = grad @ np.swapaxes(b, -1, -2)
-        grad_b = np.swapaxes(a, -1, -2) @ grad
-        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+            return ((g2 @ b.T).reshape(a.shape) if wanted[0] else None, a2.T @ g2 if wanted[1] else None)
+        grad_a = unbroadcast(grad @ np.swapaxes(b, -1, -2), a.shape) if wanted[0] else None
+        grad_b = unbroadcast(np.swapaxes(a, -1, -2) @ grad, b.shape) if wanted[1] else None
+        return grad_a, grad_b
 
 
 class Cast(Function):

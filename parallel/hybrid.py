@@ -35,8 +35,9 @@ from .zero import ZeroOptimizer
 class HybridGPT(ParallelModel):
     """This rank's part of `gpt` under the 3D layout `mesh` (every rank passes the same dense GPT).
 
-    microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b" or
-    "interleaved" (with `chunks` = v model chunks per pp rank); balance: blocks per
+    microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
+    "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
+    "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations,
     zero (ZeRO-1 optimizer over dp): switches; seed: the TP dropout streams.
     """

@@ -92,3 +92,14 @@ def hybrid_layouts(draw, max_world=8):
                   d_model=n_head * draw(st.sampled_from([2, 4])))
     return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq,
                 accumulate=draw(st.integers(1, 2)))
+
+# --- parallel.pipeline (zero-bubble schedules in 3D) -------------------------------
+
+@st.composite
+def zero_bubble_layouts(draw, max_world=8):
+    """`hybrid_layouts` with one chunk per rank, m in 1..8 and a schedule among the
+    zero-bubble ones and the two they are measured against."""
+    drawn = draw(hybrid_layouts(max_world))
+    schedule = draw(st.sampled_from(["zb-h1", "zb-h2", "1f1b", "gpipe"]))
+    layout = dict(drawn["layout"], schedule=schedule, chunks=1, microbatches=draw(st.integers(1, 8)))
+    return dict(drawn, layout=layout)

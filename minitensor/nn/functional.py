@@ -23,10 +23,18 @@ class Linear(Function):
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     def backward(self, grad):
+        return self.backward_parts(grad, (True, True, self.has_bias))
+
+    def backward_parts(self, grad, wanted):
+        """The gradients flagged in `wanted` (x, weight[, bias]), None for the others: a split
+        backward asks for dx now and for dW, db later (minitensor.split_backward)."""
         x2, weight = self.saved
         g2 = grad.reshape(-1, grad.shape[-1])
-        grads = ((g2 @ weight).reshape(self.x_shape), g2.T @ x2)  # dx = dy W, dW = dyᵀ x
-        return grads + (g2.sum(axis=0),) if self.has_bias else grads
+        dx = (g2 @ weight).reshape(self.x_shape) if wanted[0] else None  # dx = dy W
+        dw = g2.T @ x2 if wanted[1] else None                              # dW = dyᵀ x
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, (g2.sum(axis=0) if wanted[2] else None)
 
 
 class Softmax(Function):

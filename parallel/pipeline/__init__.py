@@ -3,6 +3,7 @@ from .checker import ScheduleDeadlockError, ScheduleError, ScheduleReport, check
 from .schedules import (Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk,
                         stage_of)
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
+from .zero_bubble import zb_h1, zb_h2
 from .executor import Pipeline
 from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
 from .stage import PipelineStage

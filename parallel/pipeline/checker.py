@@ -10,19 +10,25 @@ it proves, or raises a `ScheduleError` naming the first violation:
   * happens-before: forward(mb, s) after forward(mb, s-1), backward(mb, s)
     after backward(mb, s+1), backward(mb, s) after forward(mb, s), each
     compute after receiving its input, each send after computing its data;
+    with the backward split, B plays backward's part and W(mb, s) comes
+    after B(mb, s);
   * matching: every send meets exactly one receive with the same
     (source, destination, kind, micro-batch, chunk);
   * completeness: every rank forwards and backwards every (mb, chunk)
-    exactly once, so all gradients are complete before the optimizer step.
+    exactly once (B and W once each), so all gradients are complete before
+    the optimizer step, which comes after every rank's list.
 
 The same simulation gives each action's start and end time for given costs
-(forward 1, backward 2, communication 0 by default) as `Event`s for a
-`Timeline`, and each rank's peak number of stored activations, counted in
-(micro-batch, chunk) units: forwards done whose backward is not.
+(forward 1, backward 2 of which W is `weight_time` = 1, so F = B = W;
+communication 0 by default) as `Event`s for a `Timeline`, and each rank's
+peak number of stored activations, counted in (micro-batch, chunk) units:
+forwards done whose backward is not. A B keeps its micro-batch counted until
+its W (what W still needs, the linear layers' inputs and output gradients,
+stays alive); `peak_weight_pending` counts those B-done, W-pending ones alone.
 """
 from dataclasses import dataclass
 
-from .schedules import KINDS, Action, prerequisites, rank_and_chunk, stage_of
+from .schedules import KINDS, PRODUCES, Action, prerequisites, rank_and_chunk, stage_of
 from .timeline import Event
 
 
@@ -40,24 +46,29 @@ class ScheduleDeadlockError(ScheduleError):
 
 @dataclass
 class ScheduleReport:
-    events: list            # Event per action, in simulated time
-    peak_activations: list  # per rank, max stored (micro-batch, chunk) activations
+    events: list              # Event per action, in simulated time
+    peak_activations: list    # per rank, max stored (micro-batch, chunk) activations
+    peak_weight_pending: list  # per rank, max (micro-batch, chunk) between their B and W
 
 
-def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0):
+def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
     """Check `schedule` (one action list per rank) for p ranks, m micro-batches,
-    v chunks per rank; return its simulated events and peak activations."""
+    v chunks per rank; return its simulated events and peak activations.
+    backward_time is a whole backward's; weight_time (default half of it) its W part."""
     _check_static(schedule, p, m, v)
-    run = _Run(schedule, p, v, {"forward": forward_time, "backward": backward_time}, comm_time)
+    weight_time = backward_time / 2 if weight_time is None else weight_time
+    costs = {"forward": forward_time, "backward": backward_time,
+             "backward_input": backward_time - weight_time, "backward_weight": weight_time}
+    run = _Run(schedule, p, v, costs, comm_time)
     run.until_blocked()
     run.raise_if_stuck()
     run.check_complete(m)
-    return ScheduleReport(run.events, run.peak)
+    return ScheduleReport(run.events, run.peak, run.peak_pending)
 
 
-def simulate(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0):
+def simulate(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
     """The `Event`s of a checked schedule under the given costs."""
-    return check_schedule(schedule, p, m, v, forward_time, backward_time, comm_time).events
+    return check_schedule(schedule, p, m, v, forward_time, backward_time, comm_time, weight_time).events
 
 
 def _check_static(schedule, p, m, v):
@@ -96,10 +107,11 @@ class _Run:
         self.schedule, self.p, self.last_stage = schedule, p, p * v - 1
         self.compute_time, self.comm_time = compute_time, comm_time
         self.position, self.clock = [0] * p, [0.0] * p
-        self.done = set()                        # (kind, mb, stage) computed
+        self.done = set()                        # (kind, mb, stage) computed, kinds as in PRODUCES
         self.sent = set()                        # (rank, kind, mb, chunk) sent
         self.received = set()                    # (rank, kind, mb, chunk) received
         self.stored, self.peak = [0] * p, [0] * p
+        self.pending, self.peak_pending = [0] * p, [0] * p
         self.events = []
 
     def current(self, rank):
@@ -140,30 +152,38 @@ class _Run:
 
     def compute(self, rank, a):
         stage = stage_of(rank, a.chunk, self.p)
-        if (a.kind, a.microbatch, stage) in self.done:
+        produced = [(kind, a.microbatch, stage) for kind in PRODUCES[a.kind]]
+        if any(work in self.done for work in produced):
             raise ScheduleError(f"rank {rank}: {a} runs twice")
         for kind, mb, s in prerequisites(a.kind, a.microbatch, stage, self.last_stage):
             if (kind, mb, s) not in self.done:
                 raise ScheduleError(f"rank {rank}: {a} (stage {stage}) runs before "
                                     f"{kind} of micro-batch {mb} at stage {s}")
-        message = {"forward": "recv_fwd", "backward": "recv_bwd"}[a.kind]
+        message = {"forward": "recv_fwd", "backward": "recv_bwd", "backward_input": "recv_bwd"}.get(a.kind)
         upstream = stage > 0 if a.kind == "forward" else stage < self.last_stage
-        if upstream and (rank, message, a.microbatch, a.chunk) not in self.received:
+        if message and upstream and (rank, message, a.microbatch, a.chunk) not in self.received:
             raise ScheduleError(f"rank {rank}: {a} runs without its input: no {message} "
                                 f"of micro-batch {a.microbatch}, chunk {a.chunk} before it")
-        self.done.add((a.kind, a.microbatch, stage))
-        self.stored[rank] += 1 if a.kind == "forward" else -1
-        self.peak[rank] = max(self.peak[rank], self.stored[rank])
+        self.done.update(produced)
+        self.count_stored(rank, a.kind)
         self.record(rank, a, self.clock[rank], self.clock[rank] + self.compute_time[a.kind])
+
+    def count_stored(self, rank, kind):
+        """A forward stores a micro-batch; the backward, or else the W, frees it."""
+        self.stored[rank] += {"forward": 1, "backward": -1, "backward_weight": -1}.get(kind, 0)
+        self.pending[rank] += {"backward_input": 1, "backward_weight": -1}.get(kind, 0)
+        self.peak[rank] = max(self.peak[rank], self.stored[rank])
+        self.peak_pending[rank] = max(self.peak_pending[rank], self.pending[rank])
 
     def check_communication(self, rank, a):
         key = (rank, a.kind, a.microbatch, a.chunk)
         if key in self.sent or key in self.received:
             raise ScheduleError(f"rank {rank}: {a} happens twice")
-        computed = {"send_fwd": "forward", "send_bwd": "backward"}.get(a.kind)
+        computed = {"send_fwd": "forward", "send_bwd": "backward_input"}.get(a.kind)
         stage = stage_of(rank, a.chunk, self.p)
         if computed and (computed, a.microbatch, stage) not in self.done:
-            raise ScheduleError(f"rank {rank}: {a} before its {computed} was computed")
+            what = "forward" if computed == "forward" else "backward (or backward_input)"
+            raise ScheduleError(f"rank {rank}: {a} before its {what} was computed")
 
     def raise_if_stuck(self):
         """If some rank has not finished, every such rank is blocked in a
@@ -187,11 +207,13 @@ class _Run:
         for rank in range(self.p):
             for chunk in range(self.last_stage // self.p + 1):
                 stage = stage_of(rank, chunk, self.p)
-                for kind in ("forward", "backward"):
+                for kind, name in (("forward", "forward"), ("backward_input", "backward"),
+                                   ("backward_weight", "backward_weight")):
                     missing = [mb for mb in range(m) if (kind, mb, stage) not in self.done]
                     if missing:
-                        raise ScheduleError(f"rank {rank} never runs {kind} of micro-batches "
-                                            f"{missing} on chunk {chunk}: gradients incomplete")
+                        raise ScheduleError(f"rank {rank} never runs {name} of micro-batches "
+                                            f"{missing} on chunk {chunk}: gradients incomplete "
+                                            f"before the optimizer step")
 
 
 def _matches(rank, a, peer, b, p):

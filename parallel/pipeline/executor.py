@@ -15,6 +15,10 @@ the semantics under which checker.py proved the lists deadlock-free:
     backward   last stage: backward from loss / m; else from the received gradient.
                The graph (every saved activation) is released here
     send_bwd   send the input's gradient to the previous stage
+    backward_input   (zero-bubble schedules) the same backward's B half: the input's
+               gradient now; the weight half waits in a WeightGradStore under
+               (micro-batch, chunk) with what it needs (minitensor.split_backward)
+    backward_weight  its W half: the stage's weight gradients of that micro-batch
 
 Message shapes and dtypes are known on every rank from the config and the batch,
 so no shape ever travels. Scaling each micro-batch loss by 1/m makes the
@@ -33,6 +37,7 @@ import time
 import numpy as np
 
 from minitensor.checkpoint import checkpoint as checkpointed
+from minitensor.split_backward import WeightGradStore, backward_input
 from minitensor.tensor import Tensor
 
 from ..comm.group import TAG_UB
@@ -48,7 +53,8 @@ class Pipeline:
 
     stages: the PipelineStage(s) of this rank in chunk order (chunk c is model stage
     c·p + rank); group: the pipeline group (p = group.size ranks); microbatches: m;
-    schedule: "gpipe", "1f1b" or "interleaved" (needs len(stages) > 1 chunks);
+    schedule: "gpipe", "1f1b", "interleaved" (needs len(stages) > 1 chunks), or the
+    zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py);
     checkpoint: recompute each stage's forward in its backward, so a stored
     micro-batch costs only its stage input (GPipe's re-materialisation).
     """
@@ -148,7 +154,7 @@ class Pipeline:
 
     def bubble(self):
         """Collective: (measured, theoretical) bubble fraction of the last step."""
-        return self.timeline().bubble_fraction(), bubble_theory(self.p, self.m, self.v)
+        return self.timeline().bubble_fraction(), bubble_theory(self.p, self.m, self.v, self.schedule)
 
 
 def message_tag(microbatch, to_stage, backward, num_stages):
@@ -164,14 +170,15 @@ class _Step:
     def __init__(self, pipe, idx_chunks, target_chunks):
         self.pipe, self.idx, self.targets = pipe, idx_chunks, target_chunks
         self.inputs, self.outputs, self.output_grads, self.input_grads = {}, {}, {}, {}
-        self.losses, self.meter = [], ActivationMeter()
+        self.losses, self.meter, self.weight_grads = [], ActivationMeter(), WeightGradStore()
         first = pipe.stages[0]
         self.shape = first.activation_shape(*idx_chunks[0].shape)
         self.dtype = next(p.dtype for p in first.parameters() if np.issubdtype(p.dtype, np.floating))
         self.num_stages = pipe.p * pipe.v
         # What each kind of action does (schedules.KINDS): one method each, below.
         self.handlers = {"recv_fwd": self.recv_fwd, "forward": self.forward, "send_fwd": self.send_fwd,
-                         "recv_bwd": self.recv_bwd, "backward": self.backward, "send_bwd": self.send_bwd}
+                         "recv_bwd": self.recv_bwd, "backward": self.backward, "send_bwd": self.send_bwd,
+                         "backward_input": self.backward_input, "backward_weight": self.backward_weight}
 
     def run(self, action):
         self.handlers[action.kind](action.microbatch, action.chunk, action.peer)
@@ -208,13 +215,29 @@ class _Step:
         tag = message_tag(mb, self.stage_id(chunk), 1, self.num_stages)
         self.output_grads[mb, chunk] = self.pipe.group.recv(buffer, peer, tag)
 
-    def backward(self, mb, chunk, peer):
-        out = self.outputs.pop((mb, chunk))
+    def output_grad(self, mb, chunk):
+        """Where backward starts: 1/m on the loss (last stage), else the received gradient."""
         if self.pipe.stages[chunk].is_last:
-            out.backward(np.asarray(1.0 / self.pipe.m))
-        else:
-            out.backward(self.output_grads.pop((mb, chunk)))
+            return np.asarray(1.0 / self.pipe.m, self.dtype)
+        return self.output_grads.pop((mb, chunk))
+
+    def backward(self, mb, chunk, peer):
+        self.outputs.pop((mb, chunk)).backward(self.output_grad(mb, chunk))
         self.meter.freed((mb, chunk))
+        self.keep_input_grad(mb, chunk)
+
+    def backward_input(self, mb, chunk, peer):
+        inputs = [self.inputs[mb, chunk]] if (mb, chunk) in self.inputs else []
+        weights = backward_input(self.outputs.pop((mb, chunk)), self.output_grad(mb, chunk), inputs)
+        self.weight_grads.put((mb, chunk), weights)
+        self.meter.stored((mb, chunk), weights.saved_bytes())  # what W still needs, until W
+        self.keep_input_grad(mb, chunk)
+
+    def backward_weight(self, mb, chunk, peer):
+        self.weight_grads.run((mb, chunk))
+        self.meter.freed((mb, chunk))
+
+    def keep_input_grad(self, mb, chunk):
         if (mb, chunk) in self.inputs:
             self.input_grads[mb, chunk] = self.inputs.pop((mb, chunk)).grad
 
@@ -225,6 +248,7 @@ class _Step:
     def check_all_freed(self):
         left = {name: list(d) for name, d in (("inputs", self.inputs), ("outputs", self.outputs),
                                                ("output grads", self.output_grads),
-                                               ("input grads", self.input_grads)) if d}
+                                               ("input grads", self.input_grads),
+                                               ("weight gradients", self.weight_grads.pending)) if d}
         if left:
             raise RuntimeError(f"rank {self.pipe.rank}: the schedule left {left} unconsumed")

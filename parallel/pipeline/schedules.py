@@ -15,6 +15,10 @@ Actions (`Action.kind`):
     recv_bwd   receive the gradient of the chunk's output from `peer`
     backward   run the chunk's backward (last stage: from the loss)
     send_bwd   send the gradient of the chunk's input to `peer`
+The zero-bubble schedules (zero_bubble.py) split `backward` in two:
+    backward_input   B: only the gradients on the way to the chunk's input (what
+                     send_bwd sends); the weight part waits
+    backward_weight  W: the chunk's weight gradients of that micro-batch; no message
 `chunk` is always the chunk *on the acting rank*: a send_fwd of stage s is
 received by a recv_fwd of stage s+1 (which on the wrap-around from rank p-1
 to rank 0 is the next chunk). The first stage has no recv_fwd/send_bwd, the
@@ -49,18 +53,23 @@ Under other costs the lists stay correct; rendezvous may then add waits to
 the interleaved schedule (buffered sends, like MPI's eager Send, do not).
 The executor therefore needs only blocking `send`/`recv`, in list order.
 
-Gradient accumulation order: every schedule runs the backward passes of a
-chunk in increasing micro-batch order, so GPipe, 1F1B and interleaved sum
-micro-batch gradients in the same order (bitwise equal float results).
+Gradient accumulation order: every schedule runs the backward passes (the
+W's, when split) of a chunk in increasing micro-batch order, so all of them
+sum micro-batch gradients in the same order (bitwise equal float results).
 """
 from dataclasses import dataclass
 
-COMPUTE_KINDS = ("forward", "backward")
-KINDS = ("recv_fwd", "forward", "send_fwd", "recv_bwd", "backward", "send_bwd")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+COMPUTE_KINDS = ("forward", "backward", "backward_input", "backward_weight")
+KINDS = ("recv_fwd", "forward", "send_fwd", "recv_bwd", "backward", "send_bwd", "backward_input", "backward_weight")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
 # Relative costs used only to order the communication (a backward computes
-# two matrix products per forward one); any positive costs give valid lists.
-PLACEMENT_COST = {"forward": 1, "backward": 2}
+# two matrix products per forward one, B and W one each); any positive costs
+# give valid lists.
+PLACEMENT_COST = {"forward": 1, "backward": 2, "backward_input": 1, "backward_weight": 1}
+# What a compute leaves done, in the terms `prerequisites` asks about: a full
+# backward is both halves at once.
+PRODUCES = {"forward": ("forward",), "backward": ("backward_input", "backward_weight"),
+            "backward_input": ("backward_input",), "backward_weight": ("backward_weight",)}
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,9 @@ def interleaved(p, m, v):
 
 
 def get_schedule(name, p, m, v=1):
-    """The schedule called `name` ("gpipe", "1f1b" or "interleaved")."""
+    """The schedule called `name` (one of SCHEDULES)."""
+    from .zero_bubble import zb_h1, zb_h2  # here, not at the top: zero_bubble builds on this module
+
     if name == "interleaved":
         return interleaved(p, m, v)
     if name not in SCHEDULES:
@@ -157,7 +168,7 @@ def get_schedule(name, p, m, v=1):
     if v != 1:
         raise ValueError(f"schedule {name!r} runs one model chunk per rank, got v={v}; "
                          f"use 'interleaved' for v > 1")
-    return gpipe(p, m) if name == "gpipe" else one_f_one_b(p, m)
+    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2}[name](p, m)
 
 
 def _check_sizes(p, m, v):
@@ -178,12 +189,15 @@ def _warmup_steady_cooldown(forwards, backwards, warmup):
 
 
 def prerequisites(kind, microbatch, stage, last_stage):
-    """The computes (kind, micro-batch, stage) that must happen before this
-    one: the forward of the stage before; for a backward, its own forward
-    and the backward of the stage after (the last stage starts from the loss)."""
+    """The work (kind, micro-batch, stage), in PRODUCES' terms, that must be done
+    before this compute: the forward of the stage before; for a backward (or its
+    B half), its own forward and the input gradient of the stage after (the last
+    stage starts from the loss); for a W, its own B."""
     if kind == "forward":
         return [("forward", microbatch, stage - 1)] if stage > 0 else []
-    after = [("backward", microbatch, stage + 1)] if stage < last_stage else []
+    if kind == "backward_weight":
+        return [("backward_input", microbatch, stage)]
+    after = [("backward_input", microbatch, stage + 1)] if stage < last_stage else []
     return [("forward", microbatch, stage)] + after
 
 
@@ -216,7 +230,8 @@ def _place_communication(orders, p, v):
             if all(available.get((r, *need), time + 1) <= time
                    for need in prerequisites(kind, mb, stage, last_stage)):
                 schedule[r].append(compute)
-                free_at[r] = available[(r, kind, mb, stage)] = time + PLACEMENT_COST[kind]
+                free_at[r] = time + PLACEMENT_COST[kind]
+                available.update({(r, done, mb, stage): free_at[r] for done in PRODUCES[kind]})
                 waiting += _message_of(compute, r, p, last_stage)
                 position[r] += 1
                 started = True
@@ -229,7 +244,7 @@ def _place_communication(orders, p, v):
 
 def _compute_of(action, rank, p):
     """(kind, micro-batch, stage) of the compute an action runs or carries."""
-    kind = {"send_fwd": "forward", "send_bwd": "backward"}.get(action.kind, action.kind)
+    kind = {"send_fwd": "forward", "send_bwd": "backward_input"}.get(action.kind, action.kind)
     return kind, action.microbatch, stage_of(rank, action.chunk, p)
 
 
@@ -238,7 +253,7 @@ def _message_of(compute, rank, p, last_stage):
     stage = stage_of(rank, compute.chunk, p)
     if compute.kind == "forward" and stage < last_stage:
         to_stage, send, recv = stage + 1, "send_fwd", "recv_fwd"
-    elif compute.kind == "backward" and stage > 0:
+    elif compute.kind in ("backward", "backward_input") and stage > 0:
         to_stage, send, recv = stage - 1, "send_bwd", "recv_bwd"
     else:
         return []

@@ -15,6 +15,9 @@ backward of a whole stage costing t_f and t_b, communication free):
       fraction = idle / (idle + compute) = ratio / (1 + ratio)
                = (p-1) / (v m + p - 1),
   which for v = 1 is the familiar (p-1)/(m+p-1).
+With the backward split (zero_bubble.py) and F, B, W each costing t, 1F1B is the
+case t_f = t, t_b = 2t; ZB-H1 and ZB-H2 idle only (p-1)·t per rank once m >= p:
+  fraction = 1 - 3m / (2m + p - 1 + max(m, p))   (= (p-1)/(3m+p-1) for m >= p).
 """
 import json
 from dataclasses import asdict, dataclass
@@ -50,8 +53,11 @@ def megatron_bubble_ratio(p, m, v=1):
     return (p - 1) / (v * m)
 
 
-def bubble_theory(p, m, v=1):
-    """Bubble as a fraction of the total time: (p-1)/(v m + p - 1)."""
+def bubble_theory(p, m, v=1, schedule="1f1b"):
+    """Bubble as a fraction of the total time: (p-1)/(v m + p - 1); for the
+    zero-bubble schedules (F = B = W) 1 - 3m / (2m + p - 1 + max(m, p))."""
+    if schedule in ("zb-h1", "zb-h2"):
+        return 1 - 3 * m / (2 * m + p - 1 + max(m, p))
     ratio = megatron_bubble_ratio(p, m, v)
     return ratio / (1 + ratio)
 
@@ -73,6 +79,19 @@ class Timeline:
         busy = sum(e.end - e.start for e in self.compute)
         return 1 - busy / (self.num_ranks * self.makespan)
 
+    def inner_bubble_fraction(self):
+        """Idle share of each rank's own span, from its first to its last compute: the
+        bubble left when step k+1 may start on a rank as soon as it finished step k
+        (no optimizer step waiting for every rank). ZB-H2 makes it 0."""
+        idle = span = 0.0
+        for rank in range(self.num_ranks):
+            mine = [e for e in self.compute if e.rank == rank]
+            if mine:
+                width = max(e.end for e in mine) - min(e.start for e in mine)
+                span += width
+                idle += width - sum(e.end - e.start for e in mine)
+        return idle / span
+
     def render(self, slot=None):
         """Text picture: one row per rank, one column per `slot` of time
         (default: the shortest compute), `.` where the rank computes nothing."""
@@ -90,7 +109,8 @@ class Timeline:
                 rows[e.rank][column] = _label(e, chunked)
         lines = [f"rank {r} | " + " ".join(cell.ljust(width) for cell in row).rstrip()
                  for r, row in enumerate(rows)]
-        return "\n".join(lines + _legend(chunked, slot))
+        split = any(e.kind == "backward_weight" for e in self.compute)
+        return "\n".join(lines + _legend(chunked, slot, split))
 
     def to_chrome_trace(self, us_per_unit=1e6):
         """Chrome trace dict (open in https://ui.perfetto.dev): one process per
@@ -117,15 +137,20 @@ class Timeline:
             json.dump(self.to_chrome_trace(us_per_unit), f)
 
 
+LETTERS = {"forward": "F", "backward": "B", "backward_input": "B", "backward_weight": "W"}
+
+
 def _label(event, chunked):
-    """F3 / B3 = forward / backward of micro-batch 3; with chunks, F3b = on chunk b (1)."""
+    """F3 / B3 / W3 = forward / backward / weight gradient of micro-batch 3; with chunks,
+    F3b = on chunk b (1)."""
     suffix = "abcdefghijklmnopqrstuvwxyz"[event.chunk] if chunked else ""
-    return f"{event.kind[0].upper()}{event.microbatch}{suffix}"
+    return f"{LETTERS[event.kind]}{event.microbatch}{suffix}"
 
 
-def _legend(chunked, slot):
+def _legend(chunked, slot, split):
     chunks = ", letter = model chunk (a = 0, b = 1, ...)" if chunked else ""
-    return [f"F = forward, B = backward, number = micro-batch{chunks}, . = idle; "
+    backward = "B = backward's input half, W = its weight half" if split else "B = backward"
+    return [f"F = forward, {backward}, number = micro-batch{chunks}, . = idle; "
             f"one column = {slot:g} time unit(s)"]
 
 

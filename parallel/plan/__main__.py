@@ -53,7 +53,7 @@ def build_parser():
                         help="float32, float64, or mixed (16-bit with fp32 master + states); "
                         "auto = mixed if the device has 16-bit flops, else float32")
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
-                        help="pipeline schedule: sets the micro-batches in flight per stage")
+                        help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
     parser.add_argument("--allow-inter-node-tp", action="store_true",
                         help="also try tp larger than the devices per node")
     parser.add_argument("--top", type=int, default=10, help="rows of the ranked table")

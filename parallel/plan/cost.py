@@ -23,7 +23,11 @@ dp: one all-reduce of the rank's gradients per step (ZeRO-1: reduce-scatter of t
     gradients + all-gather of the updated parameters).
 The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
 t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
-a fraction (p−1)/(m+p−1) of the pipelined time.
+a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
+split each backward into B and W, one pass each like the forward (F = B = W = t_stage/3),
+and fill all but (p − 1 + max(0, p − m))·t_stage/3 of it with W's: a third of 1F1B's once
+m ≥ p (pipeline.zero_bubble). With checkpointing the W's run inside B (the recomputed
+graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field
 
@@ -61,6 +65,13 @@ def stage_flops(config, layers, tokens, tp, checkpoint, last):
     block = passes * (2 * 12 * h * h * tokens + 4 * s * h * tokens)
     head = 6 * config.vocab_size * h * tokens if last else 0
     return (layers * block + head) / tp
+
+
+def bubble_slots(schedule, p, m, checkpoint=False):
+    """The bubble of one step in units of t_stage (see the module docstring)."""
+    if schedule in ("zb-h1", "zb-h2") and not checkpoint:
+        return (p - 1 + max(0, p - m)) / 3
+    return p - 1
 
 
 @dataclass
@@ -132,13 +143,14 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
                  f"= {dp_time:.4g} s")
 
     comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time}
-    time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": (p - 1) * t_stage}
+    slots = bubble_slots(layout.schedule, p, m, layout.checkpoint)
+    time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
                  f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}) + "
                  f"{dp_time:.4g} = {time['comm']:.4g} s")
-    lines.append(f"bubble = (p−1)·t_stage = {p - 1}·{t_stage:.4g} = {time['bubble']:.4g} s "
-                 f"(fraction (p−1)/(m+p−1) = {(p - 1) / (m + p - 1):.3f} of the pipelined time)")
+    lines.append(f"bubble = {slots:.4g}·t_stage ({layout.schedule}) = {slots:.4g}·{t_stage:.4g} = "
+                 f"{time['bubble']:.4g} s (fraction {slots / (m + slots):.3f} of the pipelined time)")
     lines.append(f"step time = {time['total']:.4g} s")
 
     stage, memory = peak_memory(config, layout, batch, dtype, balance)

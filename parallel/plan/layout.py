@@ -67,7 +67,7 @@ class Layout:
 
     def flags(self):
         names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), ("zero1", self.zero),
-                 ("gpipe", self.schedule == "gpipe")]
+                 (self.schedule, self.schedule != "1f1b")]
         return ",".join(name for name, on in names if on) or "-"
 
 

@@ -57,9 +57,15 @@ def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=Fal
 
 
 def in_flight_micro_batches(schedule, micro_batches, pp, stage):
-    """Micro-batches whose activations a stage holds at its peak."""
+    """Micro-batches whose activations a stage holds at its peak (the schedule checker's
+    count). Under zb-h1 / zb-h2 a micro-batch counts until its W, although between its B
+    and W it keeps only the linear layers' inputs and output gradients: an upper bound."""
     if schedule == "gpipe":
         return micro_batches
+    if schedule == "zb-h1":
+        return min(micro_batches, pp)
+    if schedule == "zb-h2":
+        return min(micro_batches, 2 * pp - 1)
     return min(micro_batches, pp - stage)
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 import parallel
 from minitensor import nn
@@ -13,7 +13,7 @@ from parallel import HybridGPT, Mesh, run_threads
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid, run_single, tiny_config  # noqa: E402
-from strategies import hybrid_layouts, seeds  # noqa: E402
+from strategies import hybrid_layouts, seeds, zero_bubble_layouts  # noqa: E402
 
 STEPS = 3
 
@@ -31,6 +31,13 @@ def check_layout(layout, config, micro_batch, seq, accumulate, seed, steps=STEPS
 
 @given(drawn=hybrid_layouts(), seed=seeds)
 def test_any_layout_equals_one_device_loss_gradients_and_adamw_steps(drawn, seed):
+    check_layout(drawn["layout"], GPTConfig(**drawn["config"]), drawn["micro_batch"], drawn["seq"],
+                 drawn["accumulate"], seed)
+
+
+@settings(max_examples=10)  # each example trains up to 8 threads x 8 micro-batches x 3 steps
+@given(drawn=zero_bubble_layouts(), seed=seeds)
+def test_zero_bubble_schedules_in_3d_equal_one_device(drawn, seed):
     check_layout(drawn["layout"], GPTConfig(**drawn["config"]), drawn["micro_batch"], drawn["seq"],
                  drawn["accumulate"], seed)
 

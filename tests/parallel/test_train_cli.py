@@ -91,7 +91,8 @@ def test_check_reports_the_dtype_it_needs():
 def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     layouts = [[], ["--threads", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2", "--zero"],
                ["--threads", "4", "--tp", "2", "--pp", "2", "--chunks", "2", "--schedule", "interleaved",
-                "--microbatches", "2", "--sequence-parallel"]]
+                "--microbatches", "2", "--sequence-parallel"],
+               ["--threads", "2", "--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"]]
     runs = [main(flags("--dtype", dtype, "--seed", "7", "--n-layer", "4", *layout, steps=3))["losses"]
             for layout in layouts]
     for losses in runs[1:]:

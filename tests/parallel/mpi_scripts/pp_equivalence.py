@@ -15,6 +15,7 @@ cfg = GPTConfig(vocab_size=13, block_size=6, n_layer=2 * p, n_head=2, d_model=8)
 cases = [  # (schedule, chunks, microbatches, checkpoint)
     ("gpipe", 1, 3, False), ("1f1b", 1, 2 * p, False), ("1f1b", 1, p + 1, True),
     ("interleaved", 2, 2 * p, False), ("interleaved", 2, p, True),
+    ("zb-h1", 1, 2 * p, False), ("zb-h2", 1, 2 * p, False), ("zb-h1", 1, p + 1, True),
 ]
 for seed, (schedule, chunks, m, checkpoint) in enumerate(cases):
     batches = make_batches(seed, cfg, 2 * m, steps=2)

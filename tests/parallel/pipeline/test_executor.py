@@ -24,7 +24,7 @@ STEPS = 3
 @st.composite
 def pipeline_layouts(draw):
     """(schedule, p, m, v, micro-batch size, GPT config, balance or None)."""
-    schedule, p = draw(st.sampled_from(["gpipe", "1f1b", "interleaved"])), draw(st.integers(1, 4))
+    schedule, p = draw(st.sampled_from(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"])), draw(st.integers(1, 4))
     v = draw(st.integers(1, 2)) if schedule == "interleaved" and p > 1 else 1
     m = p * draw(st.integers(1, 8 // p)) if v > 1 else draw(st.integers(1, 8))
     n_layer = draw(st.integers(p * v, p * v + 2))
@@ -117,6 +117,26 @@ def test_a_stage_frees_the_values_of_every_output_it_has_sent(schedule, p, m, ch
         # every stage but the last sends m outputs, every stage but the first m input gradients
         assert sends == m * sum((s < p * chunks - 1) + (s > 0) for s in stages)
         assert kept == [], f"rank {rank} still holds the values of sent arrays at these calls: {kept}"
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8)])
+def test_zero_bubble_counts_a_micro_batch_until_its_w(p, m):
+    cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=p, n_head=1, d_model=8)
+    idx, targets = make_batches(0, cfg, m, 1)[0]
+
+    def peaks(schedule):
+        pipe = Pipeline.from_gpt(GPT(cfg).double(), parallel.world(), m, schedule)
+        pipe.train_step(idx, targets)
+        kinds = [e.kind for e in pipe.events]
+        return pipe.peak_activations, pipe.peak_activation_bytes, kinds.count("backward_weight")
+
+    for rank, (ofob, h1, h2) in enumerate(run_threads(p, lambda: [peaks(s) for s in ("1f1b", "zb-h1", "zb-h2")])):
+        assert h1[0] == min(p, m) and h1[2] == h2[2] == m and ofob[2] == 0
+        # Between B and W a micro-batch keeps only the linear layers' inputs and output
+        # gradients; in this tiny model those are about its whole activations, so zb-h1's
+        # rank 0 (B then W at once) peaks near 1F1B in bytes and zb-h2 (2p-1 in flight) above.
+        if rank == 0:
+            assert h1[0] == ofob[0] and h2[0] == min(2 * p - 1, m) and h2[1] > ofob[1]
 
 
 def test_timeline_gathers_every_rank_and_reports_the_bubble(tmp_path):

@@ -74,3 +74,14 @@ def test_calibrate_writes_a_profile_the_planner_reads(tmp_path):
     done = run("--config", "small", "--devices", "2", "--device", str(path))
     assert done.returncode == 0, done.stderr
     assert "laptop-cpu-calibrated" in done.stdout
+
+
+
+def test_zero_bubble_schedules_are_choices_and_costed_as_such():
+    done = run("--n-layer", "4", "--d-model", "64", "--n-head", "4", "--vocab", "100", "--seq", "32",
+               "--batch", "8", "--devices", "4", "--device", "laptop-cpu", "--explain", "1", "--schedule", "zb-h1")
+    assert done.returncode == 0, done.stderr
+    assert "·t_stage (zb-h1)" in done.stdout
+    bad = run("--n-layer", "4", "--d-model", "64", "--n-head", "4", "--vocab", "100", "--seq", "32",
+              "--batch", "8", "--devices", "4", "--schedule", "zb-h3")
+    assert bad.returncode == 2 and "'zb-h2'" in bad.stderr

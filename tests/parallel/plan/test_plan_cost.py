@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from parallel.plan import Layout, estimate, get_config, load_profile
-from parallel.plan.cost import all_gather, link, ring_all_reduce, send_recv, stage_flops
+from parallel.pipeline import Timeline, check_schedule, get_schedule
+from parallel.plan.cost import all_gather, bubble_slots, link, ring_all_reduce, send_recv, stage_flops
 from parallel.plan.model import stage_layers
 from minitensor.models.gpt import GPTConfig
 
@@ -137,3 +138,17 @@ def test_explain_lines_show_the_figures():
 def test_unknown_device_is_named():
     with pytest.raises(ValueError, match="unknown device 'tpu-v9'"):
         load_profile("tpu-v9")
+
+
+@given(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"]), st.integers(1, 4), st.integers(1, 8))
+def test_bubble_of_every_schedule_equals_the_checkers_simulation(schedule, pp, m):
+    # The cost model's F = B = W = t_stage/3: forward 1, whole backward 2, of which W is 1.
+    events = check_schedule(get_schedule(schedule, pp, m), pp, m, forward_time=1, backward_time=2, weight_time=1).events
+    simulated = Timeline(events, pp).bubble_fraction()
+    slots = bubble_slots(schedule, pp, m)
+    assert slots / (m + slots) == pytest.approx(simulated, abs=1e-12)
+    layout = Layout(pp=pp, micro_batches=m, schedule=schedule)
+    est = estimate(MEDIUM, layout, batch=8 * m, profile=LAPTOP)
+    pipelined = est.time["total"] - est.comm["dp"]  # m·t_stage + bubble
+    assert est.time["bubble"] / pipelined == pytest.approx(simulated, rel=1e-9)
+    assert bubble_slots(schedule, pp, m, checkpoint=True) == pp - 1  # W runs inside B

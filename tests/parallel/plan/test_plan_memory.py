@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minitensor.models.gpt import GPTConfig
-from parallel.plan import Layout, get_config, param_bytes_per_rank
+from parallel.pipeline import check_schedule, get_schedule
+from parallel.plan import Layout, get_config, param_bytes_per_rank, param_count
 from parallel.plan.memory import (activation_bytes_per_rank, block_activation_bytes,
                                   in_flight_micro_batches, memory_per_rank, micro_batch_size,
                                   peak_memory)
@@ -110,3 +111,11 @@ def test_layout_validation():
         Layout(dp=0)
     with pytest.raises(ValueError, match="schedule='zb'"):
         Layout(schedule="zb")
+
+
+def test_in_flight_micro_batches_are_the_schedule_checkers_peaks():
+    for schedule in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
+        for pp in range(1, 5):
+            for m in range(1, 9):
+                peaks = check_schedule(get_schedule(schedule, pp, m), pp, m).peak_activations
+                assert [in_flight_micro_batches(schedule, m, pp, stage) for stage in range(pp)] == peaks
