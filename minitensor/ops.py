@@ -117,6 +117,9 @@ class MatMul(Function):
         return a @ b
 
     def backward(self, grad):
+        # exercise 01.1: MatMul backward
+        # hint: Y = A B gives dA = dY Bᵀ and dB = Aᵀ dY. With a 2-D b, reshape a and grad to 2-D first;
+        # hint: otherwise swap the last two axes and sum each gradient back to its input's shape (unbroadcast).
         a, b = self.saved
         if b.ndim == 2:  # dA = dY Bᵀ; dB = Aᵀ dY, both as single GEMMs over all rows
             a2, g2 = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
@@ -124,6 +127,7 @@ class MatMul(Function):
         grad_a = grad @ np.swapaxes(b, -1, -2)
         grad_b = np.swapaxes(a, -1, -2) @ grad
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+        # end exercise
 
 
 class Cast(Function):

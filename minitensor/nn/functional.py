@@ -90,6 +90,9 @@ class LayerNorm(Function):
         return y
 
     def backward(self, grad):
+        # exercise 02.1: LayerNorm backward
+        # hint: use the saved x̂, 1/σ and w: with g = dy·w, dx = (g − mean(g) − x̂·mean(g·x̂)) / σ,
+        # hint: dw = Σ dy·x̂ and db = Σ dy over every axis but the last.
         xhat, rstd, weight = self.saved
         n, lead = grad.shape[-1], tuple(range(grad.ndim - 1))
         grad_xhat = grad * xhat
@@ -102,6 +105,7 @@ class LayerNorm(Function):
         dx -= np.multiply(xhat, mean_gx, out=grad_xhat)  # reuse the dy⊙x̂ buffer
         dx *= rstd
         return dx, dw, db
+        # end exercise
 
 
 class CrossEntropy(Function):
@@ -125,11 +129,15 @@ class CrossEntropy(Function):
         return np.asarray(-(picked * counted).sum() / self.n, dtype=logits.dtype)
 
     def backward(self, grad):
+        # exercise 02.2: cross-entropy backward
+        # hint: d/dlogits = (softmax − onehot(target)) / n_counted: softmax is exp(logp);
+        # hint: rows of ignored tokens get zero; scale by the incoming grad; return the logits' shape.
         logp, safe, counted = self.saved
         d = np.exp(logp)
         d[np.arange(len(safe)), safe] -= 1
         d *= (counted * (grad / self.n))[:, None]
         return d.reshape(self.shape)
+        # end exercise
 
 
 class Embedding(Function):
