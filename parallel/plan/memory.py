@@ -58,9 +58,13 @@ def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=Fal
 
 def in_flight_micro_batches(schedule, micro_batches, pp, stage):
     """Micro-batches whose activations a stage holds at its peak."""
+    # exercise 10.2: micro-batches in flight
+    # hint: GPipe keeps every micro-batch's activations until its backward; 1F1B (and interleaved) at most
+    # hint: pp − stage on a stage (its warm-up plus one), never more than there are micro-batches.
     if schedule == "gpipe":
         return micro_batches
     return min(micro_batches, pp - stage)
+    # end exercise
 
 
 def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="float32",
