@@ -87,3 +87,20 @@ def stub_each_and_run(root, ids):
             problems.append(f"exercise {id}: pytest exited {result.returncode}, tests that did not fail: {missed}\n"
                             f"{result.stdout[-2000:]}{result.stderr[-2000:]}")
     return problems
+
+
+def test_start_diff_reset_work_fence_by_fence(tmp_path, capsys):
+    from tutorials.exercises.__main__ import main
+    workspace, [fence] = tmp_path / "ws", EXERCISES["02.1"]
+    main(["start", "2", "--workspace", str(workspace)])
+    mine = workspace / fence.path
+    assert "raise NotImplementedError('exercise 02.1: LayerNorm backward. Hint: use the saved" in mine.read_text()
+    assert mine.read_text().count("raise NotImplementedError(") == 2  # 02.1 and 02.2, nothing else
+    with pytest.raises(SystemExit, match="already started"):
+        main(["start", "2", "--workspace", str(workspace)])
+    capsys.readouterr()
+    main(["diff", "2", "--workspace", str(workspace)])
+    assert "-        return dx, dw, db" in capsys.readouterr().out
+    mine.write_text(mine.read_text().replace("raise NotImplementedError('exercise 02.1", "return None  # ('"))
+    main(["reset", "2", "--workspace", str(workspace)])
+    assert mine.read_text() == stub_text((REPO / fence.path).read_text(), find_fences((REPO / fence.path).read_text(), fence.path))

@@ -38,12 +38,11 @@ class Fence:
     start: int
     end: int
     indent: str
-    hint: str  # the hint lines joined into one sentence
-    hint_lines: tuple = ()
+    hint_lines: tuple  # the text of the `# hint:` lines
 
     @property
-    def chapter(self):
-        return self.id[:2]
+    def hint(self):
+        return " ".join(self.hint_lines)
 
     def body(self, lines):
         """The lines between the markers, hint lines included."""
@@ -86,7 +85,7 @@ def _fence(lines, path, match, start, end):
         raise MarkerError(f"{path}:{end + 1}: '# end exercise' must have the indentation of its opening "
                           f"marker at line {start + 1}")
     hints = tuple(h["text"] for h in map(HINT.match, lines[start + 1:end]) if h)
-    return Fence(path, match["id"], match["title"], start, end, indent, " ".join(hints), hints)
+    return Fence(path, match["id"], match["title"], start, end, indent, hints)
 
 
 def check_fences(text, path, fences):
