@@ -48,11 +48,14 @@ class Softmax(Function):
         return y
 
     def backward(self, grad):
+        # exercise 02.3: softmax backward
+        # hint: with the saved output y: dx = s · y ⊙ (dy − Σ dy⊙y), the sum over self.axis kept as an axis.
         y = self.y
         dx = grad - np.expand_dims(np.vecdot(grad, y, axis=self.axis), self.axis)
         dx *= y
         dx *= self.scale
         return dx
+        # end exercise
 
 
 def _log_softmax(x, axis):

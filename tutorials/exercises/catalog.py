@@ -28,6 +28,8 @@ TESTS = {
              f"{OPS}::test_matmul_of_transposed_views_uses_their_values"],
     "02.1": [f"{FUNCTIONAL}::test_layer_norm"],
     "02.2": [f"{FUNCTIONAL}::test_cross_entropy_with_ignored_targets"],
+    "02.3": [f"{FUNCTIONAL}::test_softmax_and_log_softmax",
+             f"{FUNCTIONAL}::test_scaled_dot_product_attention"],
     "03.1": [_RING],
     "03.2": [_RING],
     "04.1": [f"{REDUCER}::test_bucket_packs_end_to_end_with_zero_padding_and_unpacks_in_place", _REDUCER],
