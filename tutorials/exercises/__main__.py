@@ -46,14 +46,14 @@ def list_exercises(args):
 
 
 def start(args):
-    workspace = args.workspace
+    workspace, found = args.workspace, chapter_exercises(args.chapter)
     if not workspace.exists():
         copy_checkout(workspace)
         print(f"copied the checkout to {workspace}")
     if args.chapter in started_chapters(workspace):
         sys.exit(f"chapter {args.chapter} is already started in {workspace}: `check {args.chapter}` to test "
                  f"your code, `reset {args.chapter}` to start over")
-    for id, fences in chapter_exercises(args.chapter).items():
+    for id, fences in found.items():
         for fence in fences:
             write_stub(fence, workspace)
         print(f"{id}  {fences[0].title}: stubbed in {where(fences)}")
@@ -79,8 +79,10 @@ def check(args):
     root = REPO if args.reference else args.workspace
     if not root.exists():
         sys.exit(f"no workspace at {root}; run: python -m tutorials.exercises start {args.chapter}")
-    failed = 0
-    for id, fences in chapter_exercises(args.chapter).items():
+    found, failed = chapter_exercises(args.chapter), 0
+    if not args.reference and args.chapter not in started_chapters(root):
+        print(f"(chapter {args.chapter} is not started in {root}: its code is still the library's)")
+    for id, fences in found.items():
         result = run_tests(root, TESTS[id])
         stubbed = not args.reference and any(is_stub(f, root) for f in fences)
         verdict = "pass" if result.returncode == 0 else "still a stub" if stubbed else "FAIL"
@@ -89,8 +91,7 @@ def check(args):
         if result.returncode != 0 and not stubbed:
             print("\n".join("      " + line for line in result.stdout.splitlines()[-12:]))
             print(f"      failing: {' '.join(failed_node_ids(result.stdout)) or 'see above'}")
-    print(f"\n{len(chapter_exercises(args.chapter)) - failed} of {len(chapter_exercises(args.chapter))} "
-          f"exercises of chapter {args.chapter} pass ({root})")
+    print(f"\n{len(found) - failed} of {len(found)} exercises of chapter {args.chapter} pass ({root})")
     sys.exit(1 if failed else 0)
 
 
