@@ -130,6 +130,9 @@ class MatMul(Function):
     def backward_parts(self, grad, wanted):
         """dA and/or dB as flagged in `wanted` (None for the other): a split backward asks
         for the input's now and the weight's later (minitensor.split_backward)."""
+        # exercise 01.1: MatMul backward
+        # hint: Y = A B gives dA = dY Bᵀ and dB = Aᵀ dY (each only if `wanted`, else None). With a 2-D b,
+        # hint: reshape a and grad to 2-D first; otherwise swap the last two axes and unbroadcast each gradient.
         a, b = self.saved
         if b.ndim == 2:  # dA = dY Bᵀ; dB = Aᵀ dY, both as single GEMMs over all rows
             a2, g2 = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
@@ -137,6 +140,7 @@ class MatMul(Function):
         grad_a = unbroadcast(grad @ np.swapaxes(b, -1, -2), a.shape) if wanted[0] else None
         grad_b = unbroadcast(np.swapaxes(a, -1, -2) @ grad, b.shape) if wanted[1] else None
         return grad_a, grad_b
+        # end exercise
 
 
 class Cast(Function):

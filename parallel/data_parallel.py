@@ -177,8 +177,12 @@ class DataParallel:
 
     def start_ready_buckets(self):
         """Start the all-reduce of each next bucket, in index order, while it is ready."""
+        # exercise 04.3: start ready buckets, in index order
+        # hint: while the next bucket not yet started (self.reducer.started) is ready (is_ready), start it:
+        # hint: never skip ahead, so every rank issues the same collectives in the same order.
         while self.reducer.started < len(self.buckets) and self.is_ready(self.reducer.started):
             self.reducer.start_next()
+        # end exercise
 
     def is_ready(self, bucket):
         """Every parameter of bucket number `bucket` has its final gradient."""

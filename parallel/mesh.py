@@ -30,7 +30,10 @@ def rank_of(dp_rank, tp_rank, pp_rank, dp, tp):
 
 def coords_of(rank, dp, tp):
     """The grid position (dp_rank, tp_rank, pp_rank) of a world rank: rank_of's inverse."""
+    # exercise 09.1: a rank's grid coordinates
+    # hint: invert rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tp varies fastest, pp slowest.
     return MeshCoords(dp=rank // tp % dp, tp=rank % tp, pp=rank // (tp * dp))
+    # end exercise
 
 
 class Mesh:
@@ -45,9 +48,13 @@ class Mesh:
         self.world, self.dp, self.tp, self.pp = world, dp, tp, pp
         self.dp_rank, self.tp_rank, self.pp_rank = coords_of(world.rank, dp, tp)
         # Ranks that share the other two coordinates form the group of an axis.
+        # exercise 09.2: the mesh's groups
+        # hint: world.split(color, key): ranks with equal colour form a group, ordered by key. An axis's group
+        # hint: is the ranks that share the OTHER two coordinates; order them by their own coordinate.
         self.tp_group = world.split(color=self.pp_rank * dp + self.dp_rank, key=self.tp_rank)
         self.dp_group = world.split(color=self.pp_rank * tp + self.tp_rank, key=self.dp_rank)
         self.pp_group = world.split(color=self.dp_rank * tp + self.tp_rank, key=self.pp_rank)
+        # end exercise
 
     @property
     def coords(self):

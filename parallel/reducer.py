@@ -44,14 +44,20 @@ class Bucket:
 
     def pack(self):
         """The gradients in the flat buffer (a parameter without a gradient counts as zeros)."""
+        # exercise 04.1: pack and unpack a bucket
+        # hint: copy each p.grad, flattened, into self.buffer[where] (self.slices); no gradient counts as zeros.
         for p, where in zip(self.params, self.slices):
             self.buffer[where] = 0 if p.grad is None else p.grad.reshape(-1)
         return self.buffer
+        # end exercise
 
     def unpack(self, divisor=1):
         """Write buffer / divisor back into each `.grad` (in place when there is one)."""
+        # exercise 04.1: pack and unpack a bucket
+        # hint: write buffer[where] / divisor back into each p.grad, in place when p.grad exists (np.divide's out=).
         for p, where in zip(self.params, self.slices):
             p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
+        # end exercise
 
     def pack_values(self):
         """The parameters' values in the flat buffer (overwrites the packed gradients)."""
@@ -89,9 +95,13 @@ class Reducer:
 
     def finish(self):
         """Start every bucket not yet started, wait for all, write the results into .grad."""
+        # exercise 04.2: finish the reduction and average
+        # hint: start every bucket not yet started (start_next), then wait for each request in order
+        # hint: and unpack its bucket divided by self.divisor; forget the requests for the next round.
         while self.started < len(self.buckets):
             self.start_next()
         for bucket, request in zip(self.buckets, self.requests):
             request.wait()
             bucket.unpack(self.divisor)
         self.requests = []
+        # end exercise

@@ -57,6 +57,9 @@ class ZeroOptimizer(Optimizer):
         return self.start, min(self.start + self.shard_size, self.numel)
 
     def step(self):
+        # exercise 04.4: the ZeRO-1 step
+        # hint: reduce-scatter the packed gradients and divide by the group size; update this rank's chunk
+        # hint: of the packed values with adamw_update and its moment shards; all-gather the chunks back.
         mine = slice(self.start, self.start + self.shard_size)
         self.grad_shard = self.group.reduce_scatter(self.bucket.pack()) / self.group.size
         param_shard = self.bucket.pack_values()[mine].copy()
@@ -65,6 +68,7 @@ class ZeroOptimizer(Optimizer):
         adamw_update(param_shard, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
                      *d["betas"], d["eps"], d["weight_decay"])
         self.bucket.unpack_values(self.group.all_gather(param_shard))
+        # end exercise
 
     def state_bytes(self):
         """Bytes of optimizer state on THIS rank: ≈ AdamW.state_bytes() / group size."""

@@ -57,11 +57,14 @@ class Softmax(Function):
         return y
 
     def backward(self, grad):
+        # exercise 02.3: softmax backward
+        # hint: with the saved output y: dx = s · y ⊙ (dy − Σ dy⊙y), the sum over self.axis kept as an axis.
         y = self.y
         dx = grad - np.expand_dims(np.vecdot(grad, y, axis=self.axis), self.axis)
         dx *= y
         dx *= self.scale
         return dx
+        # end exercise
 
 
 def _log_softmax(x, axis):
@@ -99,6 +102,9 @@ class LayerNorm(Function):
         return y
 
     def backward(self, grad):
+        # exercise 02.1: LayerNorm backward
+        # hint: use the saved x̂, 1/σ and w: with g = dy·w, dx = (g − mean(g) − x̂·mean(g·x̂)) / σ,
+        # hint: dw = Σ dy·x̂ and db = Σ dy over every axis but the last.
         xhat, rstd, weight = self.saved
         n, lead = grad.shape[-1], tuple(range(grad.ndim - 1))
         grad_xhat = grad * xhat
@@ -111,6 +117,7 @@ class LayerNorm(Function):
         dx -= np.multiply(xhat, mean_gx, out=grad_xhat)  # reuse the dy⊙x̂ buffer
         dx *= rstd
         return dx, dw, db
+        # end exercise
 
 
 class CrossEntropy(Function):
@@ -134,11 +141,15 @@ class CrossEntropy(Function):
         return np.asarray(-(picked * counted).sum() / self.n, dtype=logits.dtype)
 
     def backward(self, grad):
+        # exercise 02.2: cross-entropy backward
+        # hint: d/dlogits = (softmax − onehot(target)) / n_counted: softmax is exp(logp);
+        # hint: rows of ignored tokens get zero; scale by the incoming grad; return the logits' shape.
         logp, safe, counted = self.saved
         d = np.exp(logp)
         d[np.arange(len(safe)), safe] -= 1
         d *= (counted * (grad / self.n))[:, None]
         return d.reshape(self.shape)
+        # end exercise
 
 
 class Embedding(Function):

@@ -34,15 +34,23 @@ def ring_all_reduce(group, flat, op="sum"):
     right, left = (rank + 1) % n, (rank - 1) % n
     incoming = np.empty_like(chunks[0])
 
+    # exercise 03.1: ring reduce-scatter phase
+    # hint: n − 1 steps; at step s send chunk (rank − s) to the right, receive chunk (rank − s − 1)
+    # hint: from the left into `incoming`, and reduce it into your own copy of that chunk.
     for step in range(n - 1):
         send, recv = chunks[(rank - step) % n], chunks[(rank - step - 1) % n]
         received = incoming[:recv.size]
         exchange(group, send, right, received, left)
         reduce(recv, received, out=recv)
+    # end exercise
 
+    # exercise 03.2: ring all-gather phase
+    # hint: n − 1 steps; at step s send the complete chunk (rank + 1 − s) to the right and receive
+    # hint: the complete chunk (rank − s) from the left straight into your copy (no reduction).
     for step in range(n - 1):
         send, recv = chunks[(rank + 1 - step) % n], chunks[(rank - step) % n]
         exchange(group, send, right, recv, left)
+    # end exercise
     return flat
 
 

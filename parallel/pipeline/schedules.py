@@ -105,8 +105,12 @@ def rank_and_chunk(stage, p):
 def gpipe(p, m):
     """GPipe: every rank runs all m forwards, then all m backwards."""
     _check_sizes(p, m, 1)
+    # exercise 07.1: the GPipe compute order
+    # hint: `orders[r]` is rank r's compute list: all m forwards, then all m backwards (chunk 0), as Actions;
+    # hint: _warmup_steady_cooldown with a warm-up of every micro-batch builds exactly that.
     micro = [(mb, 0) for mb in range(m)]
     orders = [_warmup_steady_cooldown(micro, micro, warmup=m) for _ in range(p)]
+    # end exercise
     return _place_communication(orders, p, 1)
 
 
@@ -115,9 +119,12 @@ def one_f_one_b(p, m):
     then alternates one forward and one backward, then drains backwards.
     At most p-r micro-batches keep their activations on rank r (GPipe: m)."""
     _check_sizes(p, m, 1)
+    # exercise 08.2: the 1F1B warm-up of each rank
+    # hint: rank r runs min(p − r − 1, m) forwards before its first backward: the last rank none.
     micro = [(mb, 0) for mb in range(m)]
     orders = [_warmup_steady_cooldown(micro, micro, warmup=min(p - r - 1, m))
               for r in range(p)]
+    # end exercise
     return _place_communication(orders, p, 1)
 
 
@@ -180,12 +187,16 @@ def _check_sizes(p, m, v):
 def _warmup_steady_cooldown(forwards, backwards, warmup):
     """Compute order: `warmup` forwards, then forward/backward pairs, then
     the remaining backwards. warmup = len(forwards) gives GPipe."""
+    # exercise 08.1: warm-up, steady 1F1B, cool-down
+    # hint: `warmup` forwards; then pair each remaining forward with the next backward (forward first);
+    # hint: then the backwards that are left. Items of `forwards`/`backwards` are (micro-batch, chunk).
     order = [Action("forward", mb, c) for mb, c in forwards[:warmup]]
     for (fmb, fc), (bmb, bc) in zip(forwards[warmup:], backwards):
         order += [Action("forward", fmb, fc), Action("backward", bmb, bc)]
     steady = len(forwards) - warmup
     order += [Action("backward", mb, c) for mb, c in backwards[steady:]]
     return order
+    # end exercise
 
 
 def prerequisites(kind, microbatch, stage, last_stage):
@@ -193,12 +204,17 @@ def prerequisites(kind, microbatch, stage, last_stage):
     before this compute: the forward of the stage before; for a backward (or its
     B half), its own forward and the input gradient of the stage after (the last
     stage starts from the loss); for a W, its own B."""
+    # exercise 07.2: what a compute waits for
+    # hint: a forward needs the previous stage's forward of the same micro-batch (stage 0: nothing);
+    # hint: a backward (or its B half) needs its own forward and the next stage's input gradient (the last
+    # hint: stage: only its forward); a W needs its own B.
     if kind == "forward":
         return [("forward", microbatch, stage - 1)] if stage > 0 else []
     if kind == "backward_weight":
         return [("backward_input", microbatch, stage)]
     after = [("backward_input", microbatch, stage + 1)] if stage < last_stage else []
     return [("forward", microbatch, stage)] + after
+    # end exercise
 
 
 def _place_communication(orders, p, v):

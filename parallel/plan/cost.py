@@ -39,12 +39,18 @@ from .profiles import load_profile, peak_flops
 
 
 def ring_all_reduce(n, nbytes, alpha, beta):
+    # exercise 10.1: the α–β cost of a ring
+    # hint: 2(n − 1) steps, each one message (α) of nbytes/n bytes (β per byte): reduce-scatter, then all-gather.
     return 2 * (n - 1) * (alpha + nbytes / n * beta)
+    # end exercise
 
 
 def all_gather(n, nbytes, alpha, beta):
     """Also the cost of a reduce-scatter of the same total size."""
+    # exercise 10.1: the α–β cost of a ring
+    # hint: one phase of the ring: n − 1 steps of nbytes/n bytes.
     return (n - 1) * (alpha + nbytes / n * beta)
+    # end exercise
 
 
 def send_recv(nbytes, alpha, beta):

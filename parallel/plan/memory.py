@@ -60,6 +60,9 @@ def in_flight_micro_batches(schedule, micro_batches, pp, stage):
     """Micro-batches whose activations a stage holds at its peak (the schedule checker's
     count). Under zb-h1 / zb-h2 a micro-batch counts until its W, although between its B
     and W it keeps only the linear layers' inputs and output gradients: an upper bound."""
+    # exercise 10.2: micro-batches in flight
+    # hint: GPipe keeps every micro-batch's activations until its backward; 1F1B (and interleaved) at most
+    # hint: pp − stage on a stage (its warm-up plus one), never more than there are micro-batches.
     if schedule == "gpipe":
         return micro_batches
     if schedule == "zb-h1":
@@ -67,6 +70,7 @@ def in_flight_micro_batches(schedule, micro_batches, pp, stage):
     if schedule == "zb-h2":
         return min(micro_batches, 2 * pp - 1)
     return min(micro_batches, pp - stage)
+    # end exercise
 
 
 def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="float32",

@@ -73,8 +73,12 @@ class ColumnParallelLinear(TensorParallelModule):
         return F.linear(x, self.weight, self.bias)
 
     def forward(self, x):
+        # exercise 05.2: column-parallel forward
+        # hint: enter the parallel region (enter_column_parallel: f), apply this rank's rows of the weight
+        # hint: (self.local), and gather the output's last axis only if self.gather_output.
         y = self.local(enter_column_parallel(x, self.group, self.sequence_parallel))
         return gather_from_tensor_model_parallel_region(y, self.group) if self.gather_output else y
+        # end exercise
 
 
 class RowParallelLinear(TensorParallelModule):
@@ -99,7 +103,11 @@ class RowParallelLinear(TensorParallelModule):
                 self.bias.tp_partial_grad = True
 
     def forward(self, x):
+        # exercise 05.3: row-parallel forward
+        # hint: scatter x's last axis unless self.input_is_parallel; F.linear with this rank's columns of the
+        # hint: weight gives a partial sum: exit_row_parallel (g) sums it; add the bias once, after the sum.
         if not self.input_is_parallel:
             x = scatter_to_tensor_model_parallel_region(x, self.group)
         y = exit_row_parallel(F.linear(x, self.weight), self.group, self.sequence_parallel)
         return y + self.bias if self.bias is not None else y
+        # end exercise

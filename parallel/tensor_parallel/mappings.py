@@ -48,7 +48,11 @@ class CopyToTensorModelParallelRegion(Function):
         return x
 
     def backward(self, grad):
+        # exercise 05.1: the conjugate f and g
+        # hint: f's backward sums the ranks' partial input gradients: an all-reduce over self.group
+        # hint: (of a copy: never overwrite the incoming gradient).
         return self.group.all_reduce(np.array(grad, copy=True))
+        # end exercise
 
 
 class ReduceFromTensorModelParallelRegion(Function):
@@ -56,7 +60,10 @@ class ReduceFromTensorModelParallelRegion(Function):
     the sum is needed everywhere. The sum's gradient reaches every term unchanged."""
 
     def forward(self, x, group):
+        # exercise 05.1: the conjugate f and g
+        # hint: g's forward sums the ranks' partial outputs: an all-reduce over `group` (of a copy).
         return group.all_reduce(np.array(x, copy=True))
+        # end exercise
 
     def backward(self, grad):
         return grad

@@ -37,6 +37,9 @@ class VocabParallelEmbedding(TensorParallelModule):
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_embeddings):
             raise IndexError(f"VocabParallelEmbedding: indices range [{idx.min()}, {idx.max()}] "
                              f"outside [0, {self.num_embeddings})")
+        # exercise 06.1: vocab-parallel embedding
+        # hint: look up only the tokens in this rank's rows [start, stop) (others: row 0, then masked to zero),
+        # hint: and sum over ranks: reduce_from_... (or reduce_scatter_to_sequence_... under sequence parallelism).
         start, stop = vocab_range(self.weight.shape[0], self.group)
         mine = (idx >= start) & (idx < stop)
         rows = F.embedding(np.where(mine, idx - start, 0), self.weight)
@@ -44,6 +47,7 @@ class VocabParallelEmbedding(TensorParallelModule):
         if self.sequence_parallel:
             return reduce_scatter_to_sequence_parallel_region(partial, self.group)
         return reduce_from_tensor_model_parallel_region(partial, self.group)
+        # end exercise
 
 
 class VocabParallelCrossEntropy(Function):
@@ -56,6 +60,10 @@ class VocabParallelCrossEntropy(Function):
     """
 
     def forward(self, logits, targets, group, vocab_size, ignore_index):
+        # exercise 06.2: vocab-parallel cross-entropy forward
+        # hint: mask padding columns (≥ vocab_size) to −inf; all-reduce the row max (op='max'); then ONE all-reduce
+        # hint: of [Σ exp(z − m), target logit − m (only the rank holding the target)]; loss = mean of log Σ − picked
+        # hint: over counted tokens. Save softmax, mine, local_t, counted, n and shape for backward.
         local_v = logits.shape[-1]
         start, _ = vocab_range(local_v, group)
         z = logits.reshape(-1, local_v)
@@ -76,6 +84,7 @@ class VocabParallelCrossEntropy(Function):
         self.mine, self.local_t, self.counted, self.shape = mine, local_t, counted, logits.shape
         loss = ((np.log(sum_exp) - target_logit) * counted).sum() / self.n
         return np.asarray(loss, dtype=logits.dtype)
+        # end exercise
 
     def backward(self, grad):
         d = self.softmax.copy()

@@ -2,9 +2,9 @@
 
     from chapter_runner import run_script, number_after
 
-    out = run_script("tutorials/01_autograd/gradcheck_by_hand.py")
-    out = run_script("tutorials/03_collectives/ring.py", threads=2)      # ... --threads 2
-    out = run_script("tutorials/03_collectives/ring.py", mpi_ranks=2)    # mpiexec -n 2 ... -m mpi4py
+    out = run_script("tutorials/01_autograd/gradcheck_and_graph.py")
+    out = run_script("tutorials/03_collectives/ring_allreduce.py", threads=2)      # ... --threads 2
+    out = run_script("tutorials/03_collectives/ring_allreduce.py", mpi_ranks=2)    # mpiexec -n 2 ... -m mpi4py
 
 `run_script(path, *args, timeout=120, mpi_ranks=None, threads=None) -> str`:
 `path` is relative to the repository root (or absolute); `threads=N` appends

@@ -1,7 +1,7 @@
 """Chapter 7: cut a GPT into pipeline stages and run GPipe over micro-batches.
 
     python tutorials/07_pipelines/gpipe.py --threads 2
-    mpiexec -n 2 python -m mpi4py tutorials/07_pipelines/gpipe.py [--trace gpipe.json]
+    mpiexec -n 2 python -m mpi4py tutorials/07_pipelines/gpipe.py [--trace gpipe.trace.json]
 
 One pipeline stage per rank (p = number of ranks). Prints: how the model is cut
 (blocks and parameters per stage), the GPipe action lists as data, the schedule's
@@ -88,7 +88,7 @@ def main(trace_path):
 
 if __name__ == "__main__":
     parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
-    parser.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "gpipe_trace.json"),
+    parser.add_argument("--trace", default=os.path.join(tempfile.gettempdir(), "gpipe.trace.json"),
                         help="where to write the Chrome trace of the m=4 step")
     args = parser.parse_args()
     run_on_ranks(args.threads, main, args.trace)

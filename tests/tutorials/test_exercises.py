@@ -1,0 +1,107 @@
+"""The learner track: its answer key is the library, so every exercise's stub must fail its tests.
+
+Only the stubbed half runs here: that the library passes the same tests is what the rest
+of the suite proves. Each exercise is stubbed ALONE in a copy of the checkout, so a test
+that failed only because of another exercise's stub cannot hide a test that misses its own.
+"""
+import ast
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tutorials.exercises.catalog import TESTS
+from tutorials.exercises.markers import MarkerError, check_fences, exercises, find_fences, stub_text
+from tutorials.exercises.workspace import REPO, copy_checkout, failed_node_ids, run_tests
+
+EXERCISES = exercises(REPO)  # also checks every fence of the library
+TEST_FILES_NEEDED = ("minitensor", "parallel", "tests", "setup.cfg")
+
+
+def test_every_exercise_has_tests_and_its_chapter_readme_points_at_it():
+    assert sorted(TESTS) == sorted(EXERCISES)
+    for id in EXERCISES:
+        [readme] = REPO.glob(f"tutorials/{id[:2]}_*/README.md")
+        text = readme.read_text()
+        assert "## Write it yourself" in text and f"{id}" in text, f"{readme} does not point at exercise {id}"
+
+
+def test_the_stubbed_library_is_valid_python():
+    for path in {fence.path for fences in EXERCISES.values() for fence in fences}:
+        text = (REPO / path).read_text()
+        ast.parse(stub_text(text, find_fences(text, path)), filename=path)
+
+
+SOURCE = '''def f(x):
+    y = x + 1
+    # exercise 01.9: double it
+    # hint: times two
+    y = y * 2
+    # end exercise
+    return y
+'''
+
+
+def test_a_stub_raises_with_the_title_and_hint_at_the_fence():
+    namespace = {}
+    exec(stub_text(SOURCE, find_fences(SOURCE, "f.py")), namespace)
+    with pytest.raises(NotImplementedError, match=re.escape("exercise 01.9: double it. Hint: times two")):
+        namespace["f"](1)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("# exercise 01.1: at module level\nx = 1\n# end exercise\n", "inside a function or method body"),
+    ("def f():\n    # exercise 01.1: nothing\n    # end exercise\n    return 1\n", "holds no statement"),
+    ("def f():\n    if True:\n        # exercise 01.1: half an if\n        x = 1\n    else:\n        x = 2\n"
+     "        # end exercise\n", "cuts the statement at line 2"),
+    ("def f():\n    # exercise 01.1: open\n    return 1\n", "has no '# end exercise'"),
+    ("def f():\n    # exercise 1.1: one digit\n    return 1\n    # end exercise\n", "malformed marker"),
+])
+def test_a_fence_that_cannot_become_a_stub_is_named(source, message):
+    with pytest.raises(MarkerError, match=re.escape(message)):
+        check_fences(source, "f.py", find_fences(source, "f.py"))
+
+
+def test_each_stub_fails_every_test_listed_for_it(tmp_path):
+    ids = list(EXERCISES)
+    with ThreadPoolExecutor(2) as pool:  # two copies of the checkout, half the exercises each
+        halves = pool.map(stub_each_and_run, [tmp_path / "a", tmp_path / "b"], [ids[0::2], ids[1::2]])
+        problems = [problem for half in halves for problem in half]
+    assert not problems, "\n\n".join(problems)
+
+
+def stub_each_and_run(root, ids):
+    """In a fresh copy at `root`: stub one exercise, run its tests, restore; the problems found."""
+    copy_checkout(root, TEST_FILES_NEEDED)
+    problems = []
+    for id in ids:
+        originals = {fence.path: (root / fence.path).read_text() for fence in EXERCISES[id]}
+        for path, text in originals.items():
+            (root / path).write_text(stub_text(text, [f for f in EXERCISES[id] if f.path == path]))
+        result = run_tests(root, TESTS[id], timeout=120)
+        for path, text in originals.items():
+            (root / path).write_text(text)
+        failed = failed_node_ids(result.stdout)
+        missed = [node for node in TESTS[id] if not any(f == node or f.startswith(node + "[") for f in failed)]
+        if result.returncode != 1 or missed or f"exercise {id}" not in result.stdout:
+            problems.append(f"exercise {id}: pytest exited {result.returncode}, tests that did not fail: {missed}\n"
+                            f"{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    return problems
+
+
+def test_start_diff_reset_work_fence_by_fence(tmp_path, capsys):
+    from tutorials.exercises.__main__ import main
+    workspace, [fence] = tmp_path / "ws", EXERCISES["02.1"]
+    main(["start", "2", "--workspace", str(workspace)])
+    mine = workspace / fence.path
+    assert "raise NotImplementedError('exercise 02.1: LayerNorm backward. Hint: use the saved" in mine.read_text()
+    chapter_2 = [f for id, fences in EXERCISES.items() if id[:2] == "02" for f in fences if f.path == fence.path]
+    assert mine.read_text().count("raise NotImplementedError(") == len(chapter_2)  # those, nothing else
+    with pytest.raises(SystemExit, match="already started"):
+        main(["start", "2", "--workspace", str(workspace)])
+    capsys.readouterr()
+    main(["diff", "2", "--workspace", str(workspace)])
+    assert "-        return dx, dw, db" in capsys.readouterr().out
+    mine.write_text(mine.read_text().replace("raise NotImplementedError('exercise 02.1", "return None  # ('"))
+    main(["reset", "2", "--workspace", str(workspace)])
+    assert mine.read_text() == stub_text((REPO / fence.path).read_text(), find_fences((REPO / fence.path).read_text(), fence.path))

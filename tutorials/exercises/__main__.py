@@ -1,0 +1,136 @@
+"""The learner track: write the heart of each mechanism yourself, checked by the library's own tests.
+
+    python -m tutorials.exercises list [NN]     the exercises (of chapter NN), their files and tests
+    python -m tutorials.exercises start NN      copy the checkout to ./workspace (once) and stub chapter NN
+    python -m tutorials.exercises check NN      run each exercise's tests against the workspace
+    python -m tutorials.exercises diff NN       your code next to the reference (the library itself)
+    python -m tutorials.exercises reset NN      put chapter NN's stubs back (your edits there are lost)
+
+Run from the checkout root; `--workspace DIR` picks another directory. See tutorials/README.md.
+"""
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+from .catalog import TESTS
+from .markers import exercises
+from .workspace import REPO, copy_checkout, failed_node_ids, reference_region, region, run_tests, write_stub
+
+STARTED = ".exercises-started"  # in the workspace: the chapters `start` has stubbed
+
+
+def chapter_number(text):
+    if not text.isdigit() or not 1 <= int(text) <= 10:
+        raise argparse.ArgumentTypeError(f"chapter {text!r} must be a number from 1 to 10")
+    return f"{int(text):02d}"
+
+
+def chapter_exercises(chapter):
+    """{id: fences} of `chapter` in the reference; exits naming the chapters that have exercises."""
+    found = {id: fences for id, fences in exercises(REPO).items() if id[:2] == chapter}
+    if not found:
+        chapters = sorted({id[:2] for id in exercises(REPO)})
+        sys.exit(f"chapter {chapter} has no exercises; chapters with exercises: {', '.join(chapters)}")
+    return found
+
+
+def where(fences):
+    return ", ".join(f"{f.path}:{f.start + 1}" for f in fences)
+
+
+def list_exercises(args):
+    for id, fences in exercises(REPO).items():
+        if args.chapter in (None, id[:2]):
+            print(f"{id}  {fences[0].title}\n      write: {where(fences)}\n      tests: {' '.join(TESTS.get(id, []))}")
+
+
+def start(args):
+    workspace, found = args.workspace, chapter_exercises(args.chapter)
+    if not workspace.exists():
+        copy_checkout(workspace)
+        print(f"copied the checkout to {workspace}")
+    if args.chapter in started_chapters(workspace):
+        sys.exit(f"chapter {args.chapter} is already started in {workspace}: `check {args.chapter}` to test "
+                 f"your code, `reset {args.chapter}` to start over")
+    for id, fences in found.items():
+        for fence in fences:
+            write_stub(fence, workspace)
+        print(f"{id}  {fences[0].title}: stubbed in {where(fences)}")
+    mark_started(workspace, args.chapter)
+    print(f"\nWrite the fenced code in {workspace}, then: python -m tutorials.exercises check {args.chapter}")
+
+
+def started_chapters(workspace):
+    path = workspace / STARTED
+    return path.read_text().split() if path.exists() else []
+
+
+def mark_started(workspace, chapter):
+    chapters = started_chapters(workspace)
+    (workspace / STARTED).write_text(" ".join(sorted(set(chapters + [chapter]))) + "\n")
+
+
+def is_stub(fence, workspace):
+    return region(fence, workspace) == fence.stub_lines()
+
+
+def check(args):
+    root = REPO if args.reference else args.workspace
+    if not root.exists():
+        sys.exit(f"no workspace at {root}; run: python -m tutorials.exercises start {args.chapter}")
+    found, failed = chapter_exercises(args.chapter), 0
+    if not args.reference and args.chapter not in started_chapters(root):
+        print(f"(chapter {args.chapter} is not started in {root}: its code is still the library's)")
+    for id, fences in found.items():
+        result = run_tests(root, TESTS[id])
+        stubbed = not args.reference and any(is_stub(f, root) for f in fences)
+        verdict = "pass" if result.returncode == 0 else "still a stub" if stubbed else "FAIL"
+        failed += result.returncode != 0
+        print(f"{id}  {fences[0].title:48s} {verdict}")
+        if result.returncode != 0 and not stubbed:
+            print("\n".join("      " + line for line in result.stdout.splitlines()[-12:]))
+            print(f"      failing: {' '.join(failed_node_ids(result.stdout)) or 'see above'}")
+    print(f"\n{len(found) - failed} of {len(found)} exercises of chapter {args.chapter} pass ({root})")
+    sys.exit(1 if failed else 0)
+
+
+def diff(args):
+    for id, fences in chapter_exercises(args.chapter).items():
+        for fence in fences:
+            mine = region(fence, args.workspace)
+            lines = difflib.unified_diff(reference_region(fence), mine, lineterm="",
+                                         fromfile=f"reference {fence.path}:{fence.start + 1}",
+                                         tofile=f"workspace {fence.path}  (exercise {id})")
+            print("\n".join(lines) or f"exercise {id} ({fence.path}): same as the reference")
+
+
+def reset(args):
+    for id, fences in chapter_exercises(args.chapter).items():
+        for fence in fences:
+            write_stub(fence, args.workspace)
+        print(f"{id}  {fences[0].title}: stub restored in {where(fences)}")
+    mark_started(args.workspace, args.chapter)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tutorials.exercises", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, action, chapter in (("list", list_exercises, "?"), ("start", start, None), ("check", check, None),
+                                  ("diff", diff, None), ("reset", reset, None)):
+        command = commands.add_parser(name)
+        command.add_argument("chapter", type=chapter_number, nargs=chapter, help="chapter number, 1 to 10")
+        command.set_defaults(run=action)
+        command.add_argument("--workspace", type=Path, default=Path("workspace").resolve(),
+                             help="the workspace directory (default: ./workspace)")
+        if name == "check":
+            command.add_argument("--reference", action="store_true", help="check the library itself instead")
+    args = parser.parse_args(argv)
+    if args.command in ("diff", "reset") and not args.workspace.exists():
+        sys.exit(f"no workspace at {args.workspace}; run: python -m tutorials.exercises start {args.chapter}")
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
