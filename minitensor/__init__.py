@@ -21,5 +21,5 @@ __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled",
     "exp", "log", "sqrt", "tanh", "relu", "matmul", "where", "masked_fill",
     "concat", "split", "stack", "nn", "optim",
-    "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
+    "checkpoint", "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
 ]

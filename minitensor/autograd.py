@@ -9,8 +9,6 @@ links in reverse topological order, iteratively, so a graph of any depth works.
 import contextlib
 import threading
 
-import numpy as np
-
 _state = threading.local()  # grad mode is per thread, as in PyTorch
 
 

@@ -57,6 +57,7 @@ def median_time(group, run, reps):
 
 def run_worker(max_bytes):
     import numpy as np
+
     import parallel
     group = parallel.world()
     n = group.size

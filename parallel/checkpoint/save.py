@@ -21,8 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from ..comm.gather import all_gather_json
-from .files import (CheckpointError, abandon_save, begin_save, commit_save, last_good, shard_name, step_name,
-                    write_durably)
+from .files import (
+    CheckpointError,
+    abandon_save,
+    begin_save,
+    commit_save,
+    last_good,
+    shard_name,
+    step_name,
+    write_durably,
+)
 from .manifest import build_manifest, rank_record, write_manifest
 from .reshard import key
 from .state import MOMENTS, moments_by_name, named_parameters, optimizer_type, rng_state_json

@@ -30,7 +30,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .debug import check_calls_agree
-from .group import SUPPORTED_DTYPES, Group, check_message
+from .gather import describe, read_description
+from .group import Group, check_message
 from .request import Pending
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
@@ -41,15 +42,16 @@ _COLLECTIVE_UNKNOWN = ("MPI does not tell a waiting rank which ranks have not jo
 
 
 def _encode_header(buf):
+    """The message's [dtype code, ndim, *shape] (gather.describe), zero-padded to a fixed length."""
     header = np.zeros(_HEADER_LEN, np.int64)
-    header[0], header[1] = SUPPORTED_DTYPES.index(buf.dtype), buf.ndim
-    header[2:2 + buf.ndim] = buf.shape
+    description = describe(buf.dtype, buf.shape)
+    header[:len(description)] = description
     return header
 
 
 def _decode_header(header):
-    ndim = int(header[1])
-    return tuple(int(n) for n in header[2:2 + ndim]), SUPPORTED_DTYPES[int(header[0])]
+    dtype, shape, _ = read_description(header)
+    return shape, dtype
 
 
 def _tested(requests, pause):

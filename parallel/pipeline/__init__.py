@@ -1,9 +1,36 @@
 """Pipeline parallelism: schedules as data, their checker, timelines."""
 from .checker import ScheduleDeadlockError, ScheduleError, ScheduleReport, check_schedule, simulate
-from .schedules import (Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk,
-                        stage_of)
-from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
-from .zero_bubble import zb_h1, zb_h2
 from .executor import Pipeline
 from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
+from .schedules import Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk, stage_of
 from .stage import PipelineStage
+from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
+from .zero_bubble import zb_h1, zb_h2
+
+__all__ = [
+    "ScheduleDeadlockError",
+    "ScheduleError",
+    "ScheduleReport",
+    "check_schedule",
+    "simulate",
+    "Pipeline",
+    "balance_by_cost",
+    "balance_by_parameters",
+    "balance_by_time",
+    "split_gpt",
+    "stages_for_rank",
+    "Action",
+    "get_schedule",
+    "gpipe",
+    "interleaved",
+    "one_f_one_b",
+    "rank_and_chunk",
+    "stage_of",
+    "PipelineStage",
+    "Event",
+    "Timeline",
+    "bubble_theory",
+    "megatron_bubble_ratio",
+    "zb_h1",
+    "zb_h2",
+]

@@ -40,8 +40,8 @@ from minitensor.checkpoint import checkpoint as checkpointed
 from minitensor.split_backward import WeightGradStore, backward_input
 from minitensor.tensor import Tensor
 
-from ..comm.group import TAG_UB
 from ..comm.gather import gather_named_arrays
+from ..comm.group import TAG_UB
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
 from .schedules import get_schedule, stage_of

@@ -8,10 +8,14 @@ Run `python -m parallel.plan --help` for the command line.
 """
 from .cost import Estimate, estimate
 from .layout import PRECISIONS, Layout, rank_coords
-from .memory import (activation_bytes_per_rank, block_activation_bytes, memory_per_rank,
-                     param_bytes_per_rank, peak_memory)
-from .model import (CONFIGS, GPTConfig, balanced_partition, dense_param_count, get_config,
-                    param_count)
+from .memory import (
+                     activation_bytes_per_rank,
+                     block_activation_bytes,
+                     memory_per_rank,
+                     param_bytes_per_rank,
+                     peak_memory,
+)
+from .model import CONFIGS, GPTConfig, balanced_partition, dense_param_count, get_config, param_count
 from .profiles import load_profile
 from .search import plan
 

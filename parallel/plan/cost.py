@@ -32,8 +32,7 @@ graph is backpropagated whole), so the bubble stays 1F1B's.
 from dataclasses import dataclass, field
 
 from .layout import get_precision
-from .memory import (block_activation_bytes, in_flight_micro_batches, micro_batch_size,
-                     peak_memory)
+from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
 from .model import param_count, stage_layers
 from .profiles import load_profile, peak_flops
 

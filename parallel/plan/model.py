@@ -17,7 +17,6 @@ from minitensor.models.gpt import GPTConfig  # the planner reasons about the ver
 
 from ..tensor_parallel.sharding import padded_size  # the very padding rule the model uses
 
-
 # Named configs with the global batch (in sequences) each is usually trained with.
 CONFIGS = {
     "small": GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128),

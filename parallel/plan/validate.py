@@ -30,11 +30,11 @@ import minitensor as mt
 from minitensor.models import gpt as dense
 
 from ..comm import world
-from ..hybrid import HybridGPT
-from ..mesh import Mesh
 from ..comm.gather import all_gather_ragged
-from ..pipeline.partition import balance_by_parameters
+from ..hybrid import HybridGPT
 from ..launch import run_on_mpi_ranks
+from ..mesh import Mesh
+from ..pipeline.partition import balance_by_parameters
 from .cost import estimate
 from .layout import Layout
 from .memory import param_bytes_per_rank

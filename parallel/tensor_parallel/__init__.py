@@ -10,9 +10,12 @@
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
 from .mappings import (
-    copy_to_tensor_model_parallel_region, gather_from_sequence_parallel_region,
-    gather_from_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region,
-    reduce_scatter_to_sequence_parallel_region, scatter_to_tensor_model_parallel_region,
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    gather_from_tensor_model_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+    scatter_to_tensor_model_parallel_region,
 )
 from .model import TensorParallelGPT, TensorParallelStage
 from .random import TensorParallelRNG

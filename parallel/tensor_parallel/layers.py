@@ -21,9 +21,12 @@ from minitensor import nn
 from minitensor.nn import functional as F
 
 from .mappings import (
-    copy_to_tensor_model_parallel_region, gather_from_sequence_parallel_region,
-    gather_from_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region,
-    reduce_scatter_to_sequence_parallel_region, scatter_to_tensor_model_parallel_region,
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+    gather_from_tensor_model_parallel_region,
+    reduce_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+    scatter_to_tensor_model_parallel_region,
 )
 from .sharding import divide, full_state_dict, padded_size, sharded_parameter
 

@@ -21,8 +21,14 @@ from ..pipeline.stage import PipelineStage
 from .layers import ColumnParallelLinear
 from .mappings import check_sequence_parallel
 from .random import TensorParallelRNG
-from .sharding import all_reduce_partial_grads, full_grads, full_state_dict, gather, load_full_state_dict, \
-    replicated_copy
+from .sharding import (
+    all_reduce_partial_grads,
+    full_grads,
+    full_state_dict,
+    gather,
+    load_full_state_dict,
+    replicated_copy,
+)
 from .transformer import ParallelBlock, dropout_like
 from .vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 
 from ..launch import launch_report
-from ..plan.model import dense_param_count
 from ..pipeline.timeline import Timeline, all_gather_events
+from ..plan.model import dense_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 

@@ -2,12 +2,13 @@
 the same dropout masks on recomputation."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from helpers import assert_close
+from hypothesis import given
+from hypothesis import strategies as st
 
 import minitensor as mt
 from minitensor import graph, nn
 from minitensor.models.gpt import GPT, GPTConfig
-from helpers import assert_close
 
 
 def loss_and_grads(model, idx, targets, checkpointed, seed):

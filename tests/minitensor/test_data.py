@@ -8,7 +8,6 @@ import minitensor as mt
 from minitensor.data import AdditionTask, CharDataset, exact_match, recommended_config
 from minitensor.models import GPT, GPTConfig
 
-
 # ---- AdditionTask -------------------------------------------------------------------
 
 def test_a_problem_is_zero_padded_operands_and_the_reversed_padded_sum():

@@ -6,8 +6,7 @@ import pytest
 from helpers import away_from_zero, leaf
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import (broadcastable_pairs, matmul_shapes, seeds, shapes_and_axes, small_shapes,
-                        transposed_layouts)
+from strategies import broadcastable_pairs, matmul_shapes, seeds, shapes_and_axes, small_shapes, transposed_layouts
 
 import minitensor as mt
 

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import allreduce_algorithms, array_layouts, comm_dtypes, comm_shapes, group_sizes, reduce_ops, seeds
 
 import parallel
 from parallel.comm import CommAborted, DeadlockError
-from strategies import (allreduce_algorithms, array_layouts, comm_dtypes, comm_shapes, group_sizes,
-                        reduce_ops, seeds)
 
 REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 TIMEOUT = 20  # seconds: a bound on every run_threads call, so a bug fails instead of hanging

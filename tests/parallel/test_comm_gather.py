@@ -1,12 +1,13 @@
 """The ragged gathers of parallel.comm.gather, over a real threads group."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import seeds
 
 import parallel
 from parallel import run_threads
 from parallel.comm.gather import all_gather_json, all_gather_ragged, gather_named_arrays
-from strategies import seeds
 
 
 @given(n=st.integers(1, 4), seed=seeds)

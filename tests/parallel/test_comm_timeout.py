@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_launch import requires_mpiexec, run_mpi
 
 import parallel
-from mpi_launch import requires_mpiexec, run_mpi
 from parallel.comm import CommTimeout
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"

@@ -3,16 +3,17 @@ import contextlib
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from helpers import assert_close
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi_scripts.dp_common import check_data_parallel, make_data, run_data_parallel, run_single, tiny_net
+from strategies import seeds
 
 import minitensor as mt
 import parallel
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import DataParallel, run_threads
-from helpers import assert_close
-from mpi_scripts.dp_common import check_data_parallel, make_data, run_data_parallel, run_single, tiny_net
-from strategies import seeds
 
 STEPS = 3
 

@@ -1,14 +1,15 @@
 """The gradient reducer: flat buckets (pack, start, wait, unpack) over a real threads group."""
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi_scripts.dp_common import tiny_net
+from strategies import seeds
 
 import minitensor as mt
 import parallel
 from minitensor import nn
 from parallel import run_threads
-from mpi_scripts.dp_common import tiny_net
 from parallel.reducer import Bucket, Reducer, assign_buckets
-from strategies import seeds
 
 
 def params_of(shapes, rng, grads=True):

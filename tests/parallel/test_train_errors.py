@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from mpi_launch import MPIEXEC, requires_mpiexec, run_command
 
 import parallel.train.loop as loop
-from mpi_launch import MPIEXEC, requires_mpiexec, run_command
 from parallel.comm import CommTimeout
 from parallel.train import main
 from parallel.train.errors import run_job

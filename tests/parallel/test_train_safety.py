@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_launch import requires_mpiexec, run_mpi
 
 import parallel
-from mpi_launch import requires_mpiexec, run_mpi
 from parallel.train import main
 
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "--digits", "2", "--log-every", "1"]

@@ -1,14 +1,15 @@
 """ZeRO-1 on the threads backend: AdamW on one device, with 1/n of the optimizer state per rank."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi_scripts.dp_common import check_zero, make_data, run_single, run_zero, tiny_net
+from strategies import seeds
 
 import minitensor as mt
 import parallel
 from minitensor import nn
 from parallel import ZeroOptimizer, run_threads
-from mpi_scripts.dp_common import check_zero, make_data, run_single, run_zero, tiny_net
-from strategies import seeds
 
 STEPS = 3
 

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mpi_launch import MPIEXEC, REPO, run_command, run_mpi
 
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # 1,234.5 too

@@ -5,7 +5,6 @@ one device within 1e-9, and the main job's --check lines."""
 import re
 
 import pytest
-
 from chapter_runner import number_after, numbers_after, run_script
 
 CH9 = "tutorials/09_3d/"

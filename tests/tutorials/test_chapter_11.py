@@ -3,7 +3,6 @@ and print the evidence the README talks about; the numbers are parsed and checke
 import re
 
 import pytest
-
 from chapter_runner import number_after, numbers_after, run_script
 
 CH11 = "tutorials/11_zero_bubble/"

@@ -4,7 +4,6 @@ import math
 import re
 
 import pytest
-
 from chapter_runner import number_after, numbers_after, run_script
 
 CH1, CH2, CH3, CH4 = "tutorials/01_autograd", "tutorials/02_gpt", "tutorials/03_collectives", "tutorials/04_data_parallel"

@@ -3,7 +3,6 @@ chapter) and prints the evidence its README talks about; the numbers are parsed 
 import re
 
 import pytest
-
 from chapter_runner import number_after, numbers_after, run_script
 
 EXACT = 1e-12   # float64 differences to one device are round-off (the contract is 1e-9 relative)

@@ -48,7 +48,7 @@ def main(args):
     model = 2 * (n - 1) * alpha + 2 * (n - 1) / n * sizes * beta
     busbw = sizes / times * 2 * (n - 1) / n
     print(f"all-reduce ({args.algorithm}) of float32 on {n} ranks; median of repetitions, slowest rank")
-    print(f"algbw = bytes/time, busbw = algbw * 2(n-1)/n (what each rank's link carries)\n")
+    print("algbw = bytes/time, busbw = algbw * 2(n-1)/n (what each rank's link carries)\n")
     print(f"{'size':>8} {'time':>11} {'algbw':>11} {'busbw':>11} {'model':>11}  model/measured")
     for m, t, bus, fit in zip(sizes, times, busbw, model):
         print(f"{human(int(m)):>8} {t * 1e6:>8.1f} us {m / t / 1e9:>6.3f} GB/s {bus / 1e9:>6.3f} GB/s "

@@ -10,7 +10,7 @@ trains the whole GPT on one device.
 import numpy as np
 
 import minitensor as mt
-from minitensor.models.gpt import GPT, GPTConfig
+from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
 from parallel.pipeline import check_schedule, get_schedule
 from parallel.pipeline.executor import Pipeline

@@ -3,8 +3,15 @@ import pytest
 from hypothesis import given
 from strategies import pipeline_shapes
 
-from parallel.pipeline import (Action, ScheduleDeadlockError, ScheduleError, check_schedule, get_schedule,
-                               gpipe, one_f_one_b)
+from parallel.pipeline import (
+    Action,
+    ScheduleDeadlockError,
+    ScheduleError,
+    check_schedule,
+    get_schedule,
+    gpipe,
+    one_f_one_b,
+)
 
 
 @given(pipeline_shapes())

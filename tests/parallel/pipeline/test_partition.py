@@ -3,15 +3,13 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import seeds
 
 import minitensor as mt
-import parallel
 from minitensor.models.gpt import GPT, GPTConfig
-from parallel import run_threads
-from parallel.pipeline import (balance_by_cost, balance_by_parameters, balance_by_time, 
-                               split_gpt, stages_for_rank)
-from strategies import seeds
+from parallel.pipeline import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
 
 
 def gpt(n_layer, seed=0):

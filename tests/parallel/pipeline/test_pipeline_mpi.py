@@ -3,7 +3,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from mpi_launch import requires_mpiexec, run_mpi
 
 SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"

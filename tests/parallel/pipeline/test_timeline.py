@@ -5,8 +5,16 @@ import pytest
 from hypothesis import given
 from strategies import pipeline_shapes
 
-from parallel.pipeline import (Event, Timeline, bubble_theory, get_schedule, gpipe,
-                               megatron_bubble_ratio, one_f_one_b, simulate)
+from parallel.pipeline import (
+    Event,
+    Timeline,
+    bubble_theory,
+    get_schedule,
+    gpipe,
+    megatron_bubble_ratio,
+    one_f_one_b,
+    simulate,
+)
 
 
 def test_simulated_times_of_gpipe():

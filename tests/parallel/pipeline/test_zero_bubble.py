@@ -3,8 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parallel.pipeline import (Action, ScheduleError, Timeline, bubble_theory, check_schedule, get_schedule,
-                               zb_h1, zb_h2)
+from parallel.pipeline import Action, ScheduleError, Timeline, bubble_theory, check_schedule, get_schedule, zb_h1, zb_h2
 
 ZB = st.sampled_from(["zb-h1", "zb-h2"])
 RANKS, MICROBATCHES = st.integers(1, 8), st.integers(1, 16)

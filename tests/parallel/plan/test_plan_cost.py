@@ -1,12 +1,13 @@
 """Step-time model: α–β collectives, compute flops, bubble."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from parallel.plan import Layout, estimate, get_config, load_profile
+from minitensor.models.gpt import GPTConfig
 from parallel.pipeline import Timeline, check_schedule, get_schedule
+from parallel.plan import Layout, estimate, get_config, load_profile
 from parallel.plan.cost import all_gather, bubble_slots, link, ring_all_reduce, send_recv, stage_flops
 from parallel.plan.model import stage_layers
-from minitensor.models.gpt import GPTConfig
 
 LAPTOP = load_profile("laptop-cpu")
 A100 = load_profile("a100-80gb")

@@ -1,13 +1,19 @@
 """Per-rank memory: parameter/gradient/optimizer bytes and Korthikanti activations."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minitensor.models.gpt import GPTConfig
 from parallel.pipeline import check_schedule, get_schedule
-from parallel.plan import Layout, get_config, param_bytes_per_rank, param_count
-from parallel.plan.memory import (activation_bytes_per_rank, block_activation_bytes,
-                                  in_flight_micro_batches, memory_per_rank, micro_batch_size,
-                                  peak_memory)
+from parallel.plan import Layout, get_config, param_bytes_per_rank
+from parallel.plan.memory import (
+    activation_bytes_per_rank,
+    block_activation_bytes,
+    in_flight_micro_batches,
+    memory_per_rank,
+    micro_batch_size,
+    peak_memory,
+)
 
 SMALL = get_config("small")
 GPT3 = get_config("gpt3-175b")

@@ -1,9 +1,18 @@
 """Exact parameter counts of the planned GPT, dense and sharded by tp × pp."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from parallel.plan.model import (GPTConfig, balanced_partition, block_param_count, check_tp,
-                                 dense_param_count, get_config, param_count, stage_layers)
+from parallel.plan.model import (
+    GPTConfig,
+    balanced_partition,
+    block_param_count,
+    check_tp,
+    dense_param_count,
+    get_config,
+    param_count,
+    stage_layers,
+)
 from parallel.tensor_parallel.sharding import padded_size
 
 

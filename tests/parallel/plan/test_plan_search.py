@@ -1,5 +1,6 @@
 """Layout enumeration respects divisibility and memory; the ranking is sane."""
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parallel.plan import get_config, load_profile, plan
 

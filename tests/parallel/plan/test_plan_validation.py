@@ -15,8 +15,7 @@ from minitensor.models import gpt as dense
 from parallel import HybridGPT, Mesh, run_threads
 from parallel.pipeline.partition import balance_by_parameters
 from parallel.plan import GPTConfig, param_bytes_per_rank
-from parallel.plan.validate import (KINDS, kendall, memory_errors, measure_memory, ranks, run_layout, runnable,
-                                    spearman)
+from parallel.plan.validate import KINDS, kendall, measure_memory, memory_errors, ranks, run_layout, runnable, spearman
 
 # vocab 13 is padded under tp 2 and 4; 4 blocks allow pp 4.
 CONFIG = GPTConfig(vocab_size=13, block_size=8, n_layer=4, n_head=4, d_model=16)

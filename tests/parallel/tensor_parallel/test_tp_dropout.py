@@ -3,13 +3,13 @@
 given seed and layout, and never touches minitensor's default generator."""
 import numpy as np
 import pytest
+from tp_common import check_replicas_identical, make_batches, run_tensor_parallel
 
 import minitensor as mt
 import parallel
 from minitensor.models import GPT, GPTConfig
 from parallel import TensorParallelGPT
 from parallel.tensor_parallel import TensorParallelRNG
-from tp_common import check_replicas_identical, make_batches, run_tensor_parallel
 
 CONFIG = dict(vocab_size=7, block_size=4, n_layer=2, n_head=2, d_model=4, dropout=0.3)
 

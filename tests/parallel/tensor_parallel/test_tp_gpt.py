@@ -2,10 +2,10 @@
 several AdamW steps, for drawn shapes, tp sizes (heads divisible, vocabulary often not),
 sequence parallelism on and off, over the threads backend."""
 from hypothesis import given
-
-import parallel
 from strategies import seeds, tp_gpt_layouts
 from tp_common import check_against_dense, check_replicas_identical, make_batches, run_dense, run_tensor_parallel
+
+import parallel
 
 STEPS = 3
 

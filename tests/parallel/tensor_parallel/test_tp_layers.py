@@ -2,19 +2,26 @@
 indivisible configuration. Threads backend; float64; gradients gathered back to dense shape."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from helpers import assert_close
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import seeds
 
 import minitensor as mt
 import parallel
-from helpers import assert_close
 from minitensor import nn
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import MLP
 from minitensor.nn import functional as F
-from parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLinear, VocabParallelEmbedding,
-                      TensorParallelGPT, vocab_parallel_cross_entropy)
+from parallel import (
+    ColumnParallelLinear,
+    ParallelMLP,
+    RowParallelLinear,
+    TensorParallelGPT,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
 from parallel.tensor_parallel import full_grads, full_state_dict
-from strategies import seeds
 
 tp_sizes = st.sampled_from([1, 2, 3, 4])
 

@@ -3,7 +3,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from mpi_launch import requires_mpiexec, run_mpi
 
 SCRIPT = Path(__file__).resolve().parents[1] / "mpi_scripts" / "tp_equivalence.py"

@@ -8,8 +8,15 @@ import minitensor as mt
 import parallel
 from minitensor import nn
 from minitensor.models import GPT, GPTConfig
-from parallel import (ColumnParallelLinear, ParallelBlock, ParallelMLP, ParallelSelfAttention, RowParallelLinear,
-                      VocabParallelEmbedding, TensorParallelGPT)
+from parallel import (
+    ColumnParallelLinear,
+    ParallelBlock,
+    ParallelMLP,
+    ParallelSelfAttention,
+    RowParallelLinear,
+    TensorParallelGPT,
+    VocabParallelEmbedding,
+)
 
 B, S, D, HEADS, VOCAB = 2, 4, 8, 4, 10
 # Parameters the paper splits (column-parallel q, k, v, fc with their biases; row-parallel

@@ -7,13 +7,12 @@ seed; the TP run converts it over `group` and runs a plain AdamW on its own shar
 Each step records the loss, the dense logits, every gradient by single-device name.
 """
 import numpy as np
+from helpers import assert_close
 
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import TensorParallelGPT
-
-from helpers import assert_close
 
 LR, WEIGHT_DECAY = 1e-3, 0.1
 
