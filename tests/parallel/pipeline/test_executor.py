@@ -156,9 +156,9 @@ def test_timeline_gathers_every_rank_and_reports_the_bubble(tmp_path):
                                       for mb in range(m))
     assert theory == bubble_theory(p, m) == 1 / 5
     # What the timings cannot change: each rank computes in its schedule's order, one thing at a
-    # time; a forward on rank 1 starts after rank 0's forward of that micro-batch ends, a backward
-    # on rank 0 after rank 1's; so rank 1 idles at least through rank 0's F0 and rank 0 through
-    # rank 1's last backward.
+    # time; rank 1 idles at least through rank 0's F0 and rank 0 through rank 1's last backward.
+    # (Each rank's clock starts as it leaves the step's barrier, so times of different ranks are
+    # not compared with each other: the threads leave it a fraction of a millisecond apart.)
     def span(rank, kind, mb):
         (event,) = [e for e in timeline.compute if (e.rank, e.kind, e.microbatch) == (rank, kind, mb)]
         return event.start, event.end
@@ -167,9 +167,6 @@ def test_timeline_gathers_every_rank_and_reports_the_bubble(tmp_path):
         assert [(e.kind, e.microbatch) for e in mine] == [("forward", mb) for mb in range(m)] + [
             ("backward", mb) for mb in range(m)]
         assert all(a.end <= b.start for a, b in zip(mine, mine[1:]))
-    for mb in range(m):
-        assert span(0, "forward", mb)[1] <= span(1, "forward", mb)[0]
-        assert span(1, "backward", mb)[1] <= span(0, "backward", mb)[0]
     forced_idle = (span(0, "forward", 0)[1] - span(0, "forward", 0)[0]) + (
         span(1, "backward", m - 1)[1] - span(1, "backward", m - 1)[0])
     assert measured >= forced_idle / (p * timeline.makespan) - 1e-12
