@@ -10,6 +10,8 @@
 
 Loading never writes to disk.
 """
+import threading
+
 import numpy as np
 
 from ..tensor_parallel.sharding import dense_shape
@@ -47,6 +49,12 @@ def same_layout(manifest, dims, world, entries):
     return manifest["mesh"] == dims and manifest["world_size"] == world.size and mine == set(entries)
 
 
+# numpy parses each array's .npy header with ast.literal_eval, and CPython before 3.11.5
+# could fail ("AST constructor recursion depth mismatch") when threads parse at once: the
+# ranks of run_threads read one array at a time.
+_READ_LOCK = threading.Lock()
+
+
 class ShardReader:
     """read(file, key) -> array, opening each .npz once (lazily: only the keys asked for are read)."""
 
@@ -54,9 +62,10 @@ class ShardReader:
         self.step_dir, self.open = step_dir, {}
 
     def __call__(self, file, key):
-        if file not in self.open:
-            self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
-        return self.open[file][key]
+        with _READ_LOCK:
+            if file not in self.open:
+                self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
+            return self.open[file][key]
 
     def close(self):
         for npz in self.open.values():
