@@ -1,19 +1,19 @@
 """The command line of `python -m parallel.train`: flags, their checks, and the launch.
 
 Every flag, and every file the run will read or write, is checked before any rank
-builds anything, so a bad layout is one clear message (on every MPI rank, each of which
-exits with status 2) instead of a hang or a failure after hours of training.
+builds anything, so a bad layout is one clear message (printed once, by rank 0; every
+rank exits with status 2) instead of a hang or a failure after hours of training.
 """
 import argparse
 import sys
-import time
 
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
+from ..comm.gather import all_gather_json
 from ..pipeline.schedules import SCHEDULES
-from .errors import REPORT_DELAY_S, configure_world, seconds
+from .errors import configure_world, seconds
 from .loop import TrainingStopped, train
 from .preflight import check_outputs
 from .task import make_task, task_defaults
@@ -147,6 +147,7 @@ def main(argv=None):
     if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
     prefix = f"{parser.prog}: error: " + (f"rank {launched.rank}: " if launched.size > 1 else "")
+    error = None
     try:
         fill_defaults(args)
         check_args(args, args.threads or launched.size)
@@ -154,22 +155,29 @@ def main(argv=None):
         for path in check_outputs(args, launched.rank):  # last: with --overwrite it deletes
             print(f"--overwrite: deleted {path}", flush=True)
     except (ValueError, OSError) as exc:
-        exit_once(parser, launched, 2, f"{prefix}{exc}\n")
+        error = f"{prefix}{exc}\n"
+    exit_together(parser, launched, 2, error)
     try:
         if args.threads:
             return run_threads(args.threads, train, args)[0]
         return train(args)
     except (CheckpointError, TrainingStopped) as exc:  # every rank stops alike, with the same message
-        exit_once(parser, launched, 1, f"{prefix}{exc}\n")
+        exit_together(parser, launched, 1, f"{prefix}{exc}\n")
 
 
-def exit_once(parser, launched, status, message):
-    """Exit with `message` when every rank fails alike. Under MPI the ranks after 0 wait
-    REPORT_DELAY_S first, and rank 0 ends the whole job (Group.abort) after printing, so the
-    message appears once and no rank is left waiting."""
+def exit_together(parser, launched, status, error):
+    """Exit with `status` if any rank has an `error`, agreed by every rank: one all-gather tells
+    each rank which ranks failed, rank 0 prints the first failing rank's message, once, and
+    every rank exits normally. It serves where every rank reaches the same point: after the
+    start-up checks (which communicate nothing) and when training stops on every rank alike
+    (a checkpoint error, a loss that is not finite). No timing decides who prints, and no
+    MPI_Abort can cut rank 0's line short."""
     if launched.size == 1:
-        parser.exit(status, message)
-    if launched.rank > 0:
-        time.sleep(REPORT_DELAY_S)
-    print(message, end="", file=sys.stderr, flush=True)
-    launched.abort(status)
+        if error:
+            parser.exit(status, error)
+        return
+    failed = [message for message in all_gather_json(launched, error) if message]
+    if failed:
+        if launched.rank == 0:
+            print(failed[0], end="", file=sys.stderr, flush=True)
+        sys.exit(status)

@@ -19,7 +19,8 @@ MPI checks that every rank makes the same collective call (parallel/comm/debug.p
 When every rank fails alike (say, a checkpoint directory that already exists),
 only rank 0's line should appear: the other ranks wait REPORT_DELAY_S before
 printing, time for rank 0's abort to end them first. Ranks cannot agree on who
-failed first once one has failed, so this is best effort.
+failed first once one has failed, so this is best effort. (The start-up checks need no
+guess: they communicate nothing, so the ranks agree on their verdict by an all-gather.)
 """
 import sys
 import time
@@ -29,7 +30,7 @@ from ..comm import CommTimeout, world
 from ..comm.group import check_timeout, default_debug, default_timeout
 
 USER_ERRORS = (ValueError, OSError, CommTimeout)
-REPORT_DELAY_S = 1.0
+REPORT_DELAY_S = 5.0  # only spent when rank 0 did not fail: its abort ends the others first
 PROG = "python -m parallel.train"
 
 
