@@ -144,7 +144,7 @@ def test_ch8_interleaving_shrinks_the_theoretical_bubble():
     assert numbers_after("theory", out)[-2:] == [0.2, 0.111]
 
 
-def test_ch10_planner_tables_and_the_published_gpt3_layout():
+def test_ch10_planner_tables_and_a_megatron_style_gpt3_layout():
     out = run_script(CH10 + "plan_three_machines.py")
     assert out.count("#  layout") == 3 and "derivation of rank 1:" in out
     first_rows = re.findall(r"^1\s+(dp\d+·tp\d+·pp\d+)", out, re.M)

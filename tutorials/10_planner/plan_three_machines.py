@@ -4,8 +4,9 @@
 
 The planner is a pure cost model (no ranks, no training), so this is a single-process
 program; under mpiexec only rank 0 prints. It runs `python -m parallel.plan`'s own
-main() three times and prints its tables, then, for GPT-3 175B, where the layout the
-Megatron-LM authors used (tp 8, pp 8, dp 16) lands in the ranking, and the step time
+main() three times and prints its tables, then, for GPT-3 175B, where a Megatron-style
+layout (tp 8 inside a node, pp 8 across nodes, dp 16 for the rest: a representative
+choice, not a quoted row of a paper's table) lands in the ranking, and the step time
 that the planner's figures add up to.
 """
 import os
@@ -20,24 +21,25 @@ QUESTIONS = [
     ("a GPU node: a 13-billion-parameter GPT (GPT-3 13B shape) on 8 A100-80GB",
      ["--n-layer", "40", "--d-model", "5120", "--n-head", "40", "--vocab", "50257", "--seq", "2048",
       "--devices", "8", "--device", "a100-80gb", "--batch", "64"]),
-    ("a published large model: GPT-3 175B on 1024 A100-80GB, global batch 1536",
+    ("a large model: GPT-3 175B on 1024 A100-80GB, global batch 1536",
      ["--config", "gpt3-175b", "--devices", "1024", "--device", "a100-80gb", "--batch", "1536", "--explain", "1"]),
 ]
-PUBLISHED = dict(dp=16, tp=8, pp=8)  # Megatron-style: tp within a node, pp across (Narayanan et al. 2021)
+MEGATRON_STYLE = dict(dp=16, tp=8, pp=8)  # tp within a node, pp across nodes, as Narayanan et al. 2021 advise
 
 
-def published_layout():
-    """Where the published GPT-3 layout ranks among everything the planner tried."""
+def megatron_style_layout():
+    """Where the Megatron-style GPT-3 layout ranks among everything the planner tried."""
     config, profile = get_config("gpt3-175b"), load_profile("a100-80gb")
     result = plan(config, 1024, 1536, profile, dtype="mixed")
     for position, est in enumerate(result.ranked, 1):
-        if (est.layout.dp, est.layout.tp, est.layout.pp) == tuple(PUBLISHED.values()):
+        if (est.layout.dp, est.layout.tp, est.layout.pp) == tuple(MEGATRON_STYLE.values()):
             break
-    print(f"\nthe published layout dp{PUBLISHED['dp']}·tp{PUBLISHED['tp']}·pp{PUBLISHED['pp']}: best variant ranks "
+    print(f"\nthe Megatron-style layout dp{MEGATRON_STYLE['dp']}·tp{MEGATRON_STYLE['tp']}·pp{MEGATRON_STYLE['pp']}: "
+          f"best variant ranks "
           f"{position} of {len(result.ranked)} fitting layouts "
           f"(m={est.layout.micro_batches}, flags {est.layout.flags()}), step {est.time['total']:.4g} s "
           f"vs the best {result.ranked[0].time['total']:.4g} s")
-    plain = estimate(config, Layout(**PUBLISHED, micro_batches=est.layout.micro_batches), 1536, profile, "mixed")
+    plain = estimate(config, Layout(**MEGATRON_STYLE, micro_batches=est.layout.micro_batches), 1536, profile, "mixed")
     print(f"the same grid without its flags needs {plain.memory['total'] / 2**30:.3g} GiB per GPU "
           f"(activations {plain.memory['activations'] / 2**30:.3g} GiB)")
 
@@ -46,7 +48,7 @@ def main():
     for title, argv in QUESTIONS:
         print(f"\n=== {title}\n$ python -m parallel.plan {' '.join(argv)} --top 5")
         plan_cli(argv + ["--top", "5"])
-    published_layout()
+    megatron_style_layout()
 
 
 if __name__ == "__main__":
