@@ -1,4 +1,4 @@
-"""Chapter 3, part 1: the six operations every parallel layout is built from, before and after.
+"""Chapter 3, part 1: the five operations every parallel layout is built from, before and after.
 
     python tutorials/03_collectives/collectives.py --threads 2          # 2 ranks as threads
     mpiexec -n 2 python -m mpi4py tutorials/03_collectives/collectives.py

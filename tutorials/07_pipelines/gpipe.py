@@ -6,8 +6,10 @@
 One pipeline stage per rank (p = number of ranks). Prints: how the model is cut
 (blocks and parameters per stage), the GPipe action lists as data, the schedule's
 simulated timeline and bubble next to the formula, then real training steps for
-m = 1, 2, 4, 8 micro-batches — loss and gradient difference to one device, measured
-bubble vs theory — the measured timeline, and where the Chrome trace was written.
+m = 1, 2, 4, 8 micro-batches — loss and gradient difference to one device, the median
+measured bubble of REPEATS steps vs theory — the measured timeline, and where the
+Chrome trace was written. Under --threads the measured times are not a performance
+measurement (README, "What the timings mean").
 """
 import os
 import tempfile
@@ -26,6 +28,8 @@ CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=4, n_head=4, d_model=12
 BATCH, SEQ = 16, 32
 MICROBATCHES = (1, 2, 4, 8)
 SHOWN_M = 4
+REPEATS = 5      # timed steps per m after a warm-up step: their median bubble is printed
+BALANCE = None   # blocks per stage, e.g. [1, 3]; None: balanced by parameter count
 
 
 def dense_reference(idx, targets):
@@ -44,8 +48,9 @@ def main(trace_path):
     say(f"p = {p} pipeline stage(s), one per rank ({group.backend} backend); "
         f"GPT with {CONFIG.n_layer} blocks, d_model {CONFIG.d_model}")
 
-    say("\nthe cut (balanced by parameter count; embeddings on the first stage, head on the last):")
-    for stage in split_gpt(GPT(CONFIG), p):
+    how = "balanced by parameter count" if BALANCE is None else f"balance={BALANCE}"
+    say(f"\nthe cut ({how}; embeddings on the first stage, head on the last):")
+    for stage in split_gpt(GPT(CONFIG), p, BALANCE):
         parts = (["embeddings"] if stage.is_first else []) + [f"blocks {stage.blocks.indices()}"] + \
                 (["ln_f + lm_head + loss"] if stage.is_last else [])
         say(f"  stage {stage.stage} on rank {stage.stage}: {', '.join(parts)}: "
@@ -65,21 +70,27 @@ def main(trace_path):
     rng = np.random.default_rng(1)
     idx, targets = (rng.integers(0, CONFIG.vocab_size, (BATCH, SEQ)) for _ in range(2))
     ref_loss, ref_grads = dense_reference(idx, targets)
-    say(f"\nreal steps on {p} rank(s), global batch {BATCH} x {SEQ} tokens, float64:")
+    say(f"\nreal steps on {p} rank(s), global batch {BATCH} x {SEQ} tokens, float64; "
+        f"bubble: the median of {REPEATS} steps after a warm-up step:")
     shown = None
     for m in MICROBATCHES:
         mt.manual_seed(0)
-        pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=m, schedule="gpipe")
+        pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=m, schedule="gpipe", balance=BALANCE)
         pipe.train_step(idx, targets)            # a warm-up step: first calls are slower
-        loss = pipe.train_step(idx, targets)
+        bubbles = []
+        for _ in range(REPEATS):                 # one step's timing is noise; the median of several is less so
+            loss = pipe.train_step(idx, targets)
+            bubbles.append(pipe.bubble()[0])
         grads = pipe.full_grads()
         grad_diff = max(np.abs(grads[n] - ref_grads[n]).max() for n in ref_grads)
-        measured, theory = pipe.bubble()
+        theory = pipe.bubble()[1]
         say(f"  m={m:<2} loss diff={abs(loss - ref_loss):9.1e}  grad diff={grad_diff:9.1e}  "
-            f"bubble measured={measured:6.3f}  theory={theory:6.3f}")
+            f"bubble measured={np.median(bubbles):6.3f}  theory={theory:6.3f}  "
+            f"(steps: {min(bubbles):.3f} to {max(bubbles):.3f})")
         if m == SHOWN_M:
             shown = pipe.timeline()
-    say(f"\nmeasured timeline, m = {SHOWN_M} (one column = the shortest forward or backward, in seconds):")
+    say(f"\nmeasured timeline of the last m = {SHOWN_M} step "
+        f"(one column = the shortest forward or backward, in seconds):")
     say(shown.render())
     if group.rank == 0:
         shown.save_chrome_trace(trace_path)

@@ -4,9 +4,12 @@
     mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_checkpointing/interleaved.py
 
 Prints: which model stages each rank holds with v = 2 chunks, the simulated timelines
-of 1F1B and interleaved 1F1B for p = 2, m = 4 with their bubbles next to the formulas,
-then real steps of both on this run's ranks: loss and gradient difference to one
-device, and the measured bubble next to the theory.
+of 1F1B and interleaved 1F1B for p = 2, m = 4 with their bubbles next to the formulas
+(a chunk holds 1/v of a stage's blocks, so its forward and backward take 1/v of the
+time: both timelines are drawn at the same scale), then real steps of both on this
+run's ranks: loss and gradient difference to one device, and the median measured
+bubble of REPEATS steps next to the theory. Under --threads the measured times are
+not a performance measurement (chapter 7's README, "What the timings mean").
 """
 import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
@@ -23,15 +26,18 @@ from parallel.pipeline import Timeline, bubble_theory, check_schedule, get_sched
 SIM_P, SIM_M, V = 2, 4, 2
 CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=8, n_head=4, d_model=128)
 BATCH, SEQ = 16, 32
+REPEATS = 5  # timed steps after a warm-up step: their median bubble is printed
 
 
 def simulate(say):
-    say(f"simulated, p = {SIM_P} ranks, m = {SIM_M} micro-batches (forward 1 unit, backward 2 per stage):")
+    say(f"simulated, p = {SIM_P} ranks, m = {SIM_M} micro-batches (a rank's whole forward 1 unit, "
+        f"backward 2; a chunk's 1/v of that):")
     for name, v in (("1f1b", 1), ("interleaved", V)):
-        report = check_schedule(get_schedule(name, SIM_P, SIM_M, v), SIM_P, SIM_M, v)
+        report = check_schedule(get_schedule(name, SIM_P, SIM_M, v), SIM_P, SIM_M, v,
+                                forward_time=1 / v, backward_time=2 / v)
         timeline = Timeline(report.events, SIM_P)
-        say(f"\n{name}, v = {v} chunk(s) per rank:")
-        say(timeline.render())
+        say(f"\n{name}, v = {v} chunk(s) per rank, makespan {timeline.makespan:g} units:")
+        say(timeline.render(slot=1 / V))  # one scale for both: a column is the smallest chunk forward
         say(f"{name} simulated bubble: {timeline.bubble_fraction():.4f}   "
             f"theory (p-1)/(v*m+p-1): {bubble_theory(SIM_P, SIM_M, v):.4f}")
 
@@ -43,7 +49,8 @@ def main():
     m = 2 * p                      # interleaving needs m to be a multiple of p
     mt.manual_seed(0)
     gpt = GPT(CONFIG).double()
-    say(f"{CONFIG.n_layer} blocks cut into p*v = {p}*{V} = {p * V} stages; rank r holds stages r, p + r:")
+    held = ", ".join("r" if c == 0 else f"{c if c > 1 else ''}p + r" for c in range(V))
+    say(f"{CONFIG.n_layer} blocks cut into p*v = {p}*{V} = {p * V} stages; rank r holds stages {held}:")
     for rank in range(p):
         chunks = stages_for_rank(gpt, rank, p, V)
         say(f"  rank {rank}: " + "; ".join(f"chunk {c} = stage {s.stage}, blocks {s.blocks.indices()}"
@@ -55,17 +62,21 @@ def main():
     idx, targets = (rng.integers(0, CONFIG.vocab_size, (BATCH, SEQ)) for _ in range(2))
     _, ref_loss = gpt(idx, targets)
     ref_loss.backward()
-    say(f"\nreal steps on p = {p} rank(s), m = {m} micro-batches, float64:")
+    say(f"\nreal steps on p = {p} rank(s), m = {m} micro-batches, float64; "
+        f"bubble: the median of {REPEATS} steps after a warm-up step:")
     for name, v in (("1f1b", 1), ("interleaved", V)):
         mt.manual_seed(0)
         pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=m, schedule=name, chunks=v)
         pipe.train_step(idx, targets)            # warm-up
-        loss = pipe.train_step(idx, targets)
+        bubbles = []
+        for _ in range(REPEATS):                 # one step's timing is noise; the median of several is less so
+            loss = pipe.train_step(idx, targets)
+            bubbles.append(pipe.bubble()[0])
         grads = pipe.full_grads()
         diff = max(np.abs(grads[n] - q.grad).max() for n, q in gpt.named_parameters())
-        measured, theory = pipe.bubble()
         say(f"  {name} v={v}: loss difference {abs(loss - ref_loss.item()):.1e}, largest gradient difference "
-            f"{diff:.1e}, bubble measured {measured:.3f} theory {theory:.3f}")
+            f"{diff:.1e}, bubble measured {np.median(bubbles):.3f} theory {pipe.bubble()[1]:.3f} "
+            f"(steps: {min(bubbles):.3f} to {max(bubbles):.3f})")
 
 
 if __name__ == "__main__":
