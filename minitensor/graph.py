@@ -2,7 +2,7 @@
 
     logits, loss = model(idx, targets)
     graph.summary(loss)                 # prints the table (and returns it as a string)
-    open("g.dot", "w").write(graph.to_dot(loss))
+    open("g.dot", "w").write(graph.to_dot(loss, params=dict(model.named_parameters())))
     loss.backward()
 
 Walk the graph BEFORE `backward()`: backward releases every node it passes (that is how
@@ -95,17 +95,31 @@ def summary(tensor, show=True, file=None):
     return text
 
 
-def to_dot(tensor):
+LEAF_FILL = ", style=filled, fillcolor=lightblue"  # a leaf that requires grad
+DOT_LEGEND = f"""  subgraph cluster_legend {{
+    label="legend"; fontsize=10; color=grey;
+    legend_op [shape=box, label="op\\noutput shape\\nFLOPs"];
+    legend_grad [shape=ellipse, label="leaf that requires grad\\n(name if given)"{LEAF_FILL}];
+    legend_data [shape=ellipse, label="leaf without grad\\n(data)"];
+  }}"""
+
+
+def to_dot(tensor, params=None, legend=True):
     """Graphviz DOT text: a box per op (name, output shape, FLOPs), an ellipse per leaf
-    (shape; filled when it requires grad), edges from inputs to the op that uses them."""
+    (shape; filled when it requires grad), edges from inputs to the op that uses them.
+    params: {name: tensor} (as `dict(model.named_parameters())`, like torchviz's
+    make_dot): those leaves are labelled with their name above their shape.
+    legend: add a box explaining the shapes and the fill colour."""
+    names = {id(t): name for name, t in (params or {}).items()}
     ids, lines = {}, []
 
     def node_id(t):
         if id(t) not in ids:
             ids[id(t)] = f"t{len(ids)}"
             if t._node is None:
-                fill = ", style=filled, fillcolor=lightblue" if t.requires_grad else ""
-                lines.append(f'  {ids[id(t)]} [shape=ellipse, label="{t.shape}"{fill}];')
+                label = f"{names[id(t)]}\\n{t.shape}" if id(t) in names else f"{t.shape}"
+                fill = LEAF_FILL if t.requires_grad else ""
+                lines.append(f'  {ids[id(t)]} [shape=ellipse, label="{label}"{fill}];')
         return ids[id(t)]
 
     for t in _op_tensors(tensor):
@@ -115,4 +129,6 @@ def to_dot(tensor):
                      f'{flops(t._node, t.shape):,} FLOPs"];')
     if not ids:
         node_id(tensor)
+    if legend:
+        lines.append(DOT_LEGEND)
     return "digraph minitensor {\n  rankdir=LR;\n" + "\n".join(lines) + "\n}\n"

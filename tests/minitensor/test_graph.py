@@ -53,11 +53,25 @@ def test_to_dot_has_one_box_per_op_and_one_ellipse_per_leaf():
     mt.manual_seed(0)
     x = mt.tensor(np.ones((2, 3)), requires_grad=True)
     w = mt.tensor(np.ones((4, 3)))
-    dot = graph.to_dot(F.gelu(F.linear(x, w)).sum())
+    dot = graph.to_dot(F.gelu(F.linear(x, w)).sum(), legend=False)
     assert dot.startswith("digraph") and dot.rstrip().endswith("}")
     assert dot.count("shape=box") == 3 and dot.count("shape=ellipse") == 2
     assert 'label="Linear\\n(2, 4)\\n48 FLOPs"' in dot
     assert dot.count("->") == 4 and dot.count("fillcolor") == 1  # only x requires grad
+
+
+def test_to_dot_names_the_given_parameters_and_draws_a_legend_of_its_shapes_and_colour():
+    x = mt.tensor(np.ones((2, 3)), requires_grad=True)
+    w = mt.tensor(np.ones((4, 3)), requires_grad=True)
+    y = F.linear(x, w).sum()
+    plain, named = graph.to_dot(y, legend=False), graph.to_dot(y, params={"fc.weight": w})
+    assert 'label="fc.weight\\n(4, 3)", style=filled' in named   # the named leaf: name above shape
+    assert 'label="(2, 3)", style=filled' in named                # an unnamed leaf keeps its shape only
+    assert "fc.weight" not in plain and "legend" not in plain
+    legend = named.split("subgraph cluster_legend {")[1].split("}")[0]
+    assert "shape=box" in legend and legend.count("shape=ellipse") == 2 and legend.count("fillcolor") == 1
+    assert named.count("->") == plain.count("->") == 3             # the legend adds no edges
+    assert named.rstrip().endswith("}") and named.count("{") == named.count("}")
 
 
 def test_the_graph_must_be_walked_before_backward_releases_it():

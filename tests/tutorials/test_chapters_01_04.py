@@ -36,7 +36,9 @@ def test_ch1_gradcheck_passes_softplus_rejects_one_percent_and_prints_the_graph(
     assert flops == [2 * 8 * 16 * 32, 2 * 8 * 32 * 10]
     total = int(re.search(r"forward FLOPs: ([\d,]+)", out).group(1).replace(",", ""))
     assert sum(flops) < total < 1.1 * sum(flops)
-    assert out.count("[shape=box") == 4 and "digraph minitensor" in out
+    assert len(re.findall(r"^  t\d+ \[shape=box", out, re.M)) == 4 and "digraph minitensor" in out
+    assert 'label="w1\\n(16, 32)"' in out and 'label="w2\\n(32, 10)"' in out  # leaves by name
+    assert "subgraph cluster_legend" in out
 
 
 # --- chapter 2 ---------------------------------------------------------------------------

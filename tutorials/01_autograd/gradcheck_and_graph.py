@@ -33,12 +33,13 @@ def central_difference_by_hand(x, i, eps=1e-6):
 
 
 def mlp_loss(rng):
-    """A two-layer MLP's cross-entropy on 8 random examples: the graph we print."""
+    """A two-layer MLP's cross-entropy on 8 random examples, the graph we print, and its
+    weights by name (to_dot labels those leaves with them)."""
     x = mt.Tensor(rng.standard_normal((8, 16)))
     w1 = mt.Tensor(rng.standard_normal((16, 32)) * 0.1, requires_grad=True)
     w2 = mt.Tensor(rng.standard_normal((32, 10)) * 0.1, requires_grad=True)
     targets = rng.integers(0, 10, size=8)
-    return F.cross_entropy((x @ w1).relu() @ w2, targets)
+    return F.cross_entropy((x @ w1).relu() @ w2, targets), {"w1": w1, "w2": w2}
 
 
 def main(args):
@@ -55,13 +56,13 @@ def main(args):
     except AssertionError as error:
         print(f"gradcheck(SoftplusOnePercentOff) raised AssertionError: {error}")
 
-    loss = mlp_loss(rng)
+    loss, weights = mlp_loss(rng)
     print("\nthe graph of a two-layer MLP's loss (graph.summary, before backward):")
     graph.summary(loss)
     total = graph.totals(loss)
     print(f"forward FLOPs: {total['flops']:,} (the two matmuls alone: 2·8·16·32 + 2·8·32·10 = "
           f"{2 * 8 * 16 * 32 + 2 * 8 * 32 * 10:,})")
-    dot = graph.to_dot(loss)
+    dot = graph.to_dot(loss, params=weights)
     if args.dot:
         with open(args.dot, "w") as f:
             f.write(dot)
