@@ -74,7 +74,9 @@ def main(args):
     print(f"mean loss of the last {window} steps: {np.mean(losses[-window:]):.4f}")
     print("\nheld-out problems (never in a training batch), greedy decoding:")
     show_answers(model, task)
-    print(f"held-out exact match on 200 problems: {exact_match(model, task, num_problems=200):.3f}")
+    matched = exact_match(model, task, num_problems=200)
+    print(f"held-out exact match on 200 problems: {matched:.3f}")
+    return losses, matched  # what tutorials/pictures.py draws
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def ranks_in(value):
 
 
 def show_steps(group):
-    """Run the ring on the 2^r buffer and have rank 0 print the chunks after every step."""
+    """Run the ring on the 2^r buffer and have rank 0 print the chunks after every step;
+    returns (states (rank, step, chunk) as 2^r sums, sent (rank, step): the chunk each sent)."""
     n = group.size
     flat = np.full(n, 2.0 ** group.rank)  # n chunks of one element each
     w = watch(group, flat)
@@ -52,7 +53,7 @@ def show_steps(group):
     states = group.all_gather(np.array(w["states"])[None])  # (rank, step, chunk)
     sent = group.all_gather(np.array(w["sent"], dtype=np.int64)[None])  # (rank, step)
     if group.rank != 0:
-        return
+        return states, sent
     width = max(len(ranks_in(2 ** n - 1)) + 2, 9)
     print(f"ring all-reduce on {n} ranks, the buffer cut into {n} chunks; a cell lists the ranks whose\n"
           f"contribution that chunk holds ({ranks_in(2 ** n - 1)} = fully reduced)\n")
@@ -68,6 +69,7 @@ def show_steps(group):
         print(title)
         for r in range(n):
             print((f"         rank {r}  " + "".join(ranks_in(v).ljust(width) for v in states[r, step])).rstrip())
+    return states, sent
 
 
 def check_and_count(group, elements):
@@ -97,8 +99,9 @@ def main(args):
     group = parallel.world()
     if group.rank == 0:
         print(parallel.launch.launch_report(group))
-    show_steps(group)
+    steps = show_steps(group)
     check_and_count(group, args.elements)
+    return steps  # what tutorials/pictures.py draws
 
 
 if __name__ == "__main__":

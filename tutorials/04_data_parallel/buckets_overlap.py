@@ -67,7 +67,7 @@ def data_parallel_gradients(group, idx, targets, bucket_kib, overlap, show):
     if show:
         describe_buckets(dp)
         print_timeline(dp, rows)
-    return {name: p.grad for name, p in dp.named_parameters()}, len(dp.buckets), group.stats()["all_reduce"]
+    return {name: p.grad for name, p in dp.named_parameters()}, rows, group.stats()["all_reduce"]
 
 
 def largest_difference(group, grads, ref):
@@ -81,14 +81,15 @@ def main(args):
     if group.rank == 0:
         print(parallel.launch.launch_report(group))
     _, ref = one_device_gradients(idx, targets)
-    overlapped, n_buckets, stats = data_parallel_gradients(group, idx, targets, args.bucket_kib, True,
+    overlapped, rows, stats = data_parallel_gradients(group, idx, targets, args.bucket_kib, True,
                                                            show=group.rank == 0)
     after, _, _ = data_parallel_gradients(group, idx, targets, args.bucket_kib, False, show=False)
     diff, off_diff = largest_difference(group, overlapped, ref), largest_difference(group, after, ref)
     if group.rank == 0:
-        print(f"\nall_reduce calls in this backward: {stats['calls']} (one per bucket, {n_buckets} buckets)")
+        print(f"\nall_reduce calls in this backward: {stats['calls']} (one per bucket, {len(rows[0][2])} buckets)")
         print(f"largest gradient difference vs one device, overlapped: {diff:.1e}")
         print(f"largest gradient difference vs one device, all-reduce after backward: {off_diff:.1e}")
+    return rows  # (gradient name, its bucket, every bucket's state): what tutorials/pictures.py draws
 
 
 if __name__ == "__main__":

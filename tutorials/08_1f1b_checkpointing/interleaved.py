@@ -30,6 +30,8 @@ REPEATS = 5  # timed steps after a warm-up step: their median bubble is printed
 
 
 def simulate(say):
+    """Print the simulated timelines; return them as [(title, Timeline)] (tutorials/pictures.py)."""
+    timelines = []
     say(f"simulated, p = {SIM_P} ranks, m = {SIM_M} micro-batches (a rank's whole forward 1 unit, "
         f"backward 2; a chunk's 1/v of that):")
     for name, v in (("1f1b", 1), ("interleaved", V)):
@@ -40,6 +42,8 @@ def simulate(say):
         say(timeline.render(slot=1 / V))  # one scale for both: a column is the smallest chunk forward
         say(f"{name} simulated bubble: {timeline.bubble_fraction():.4f}   "
             f"theory (p-1)/(v*m+p-1): {bubble_theory(SIM_P, SIM_M, v):.4f}")
+        timelines.append((f"{name}, v = {v}", timeline))
+    return timelines
 
 
 def main():

@@ -27,6 +27,8 @@ BATCH, SEQ, M = 8, 16, 8
 
 
 def simulate(say):
+    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures.py)."""
+    timelines = []
     say(f"simulated, p = {SIM_P} stages, m = {SIM_M} micro-batches (forward 1 unit, backward 2):")
     for name in ("gpipe", "1f1b"):
         report = check_schedule(get_schedule(name, SIM_P, SIM_M), SIM_P, SIM_M)
@@ -35,6 +37,8 @@ def simulate(say):
         say(timeline.render())
         say(f"{name} simulated bubble: {timeline.bubble_fraction():.4f} (theory {bubble_theory(SIM_P, SIM_M):.4f})")
         say(f"{name} simulated peak stored micro-batches per stage: {report.peak_activations}")
+        timelines.append((name, timeline))
+    return timelines
 
 
 def main():

@@ -80,19 +80,22 @@ PARAMETER_FLOOR = 1e-3
 
 
 def check_layout(layout, reference, sequence_parallel, zero):
-    """Train the layout beside the reference; this rank's worst (loss, grads, params) differences."""
+    """Train the layout beside the reference; this rank's worst (loss, grads, params) differences
+    and the layout's loss at every step."""
     model = HybridGPT(fresh_gpt(), Mesh(*layout), microbatches=M, schedule="1f1b",
                       sequence_parallel=sequence_parallel, zero=zero)
     model.configure_optimizer(lr=LR)
     worst = {"loss": (0.0, ""), "gradients": (0.0, ""), "parameters": (0.0, "")}
+    losses = []
     for step, (ref_loss, ref_grads, ref_params) in enumerate(reference, start=1):
         loss = model.train_step(*batch(step))
+        losses.append(loss)
         found = {"loss": (abs(loss - ref_loss) / abs(ref_loss), ""),
                  "gradients": worst_difference(model.full_grads(), ref_grads, gradient_floor(ref_grads))}
         model.optimizer_step()
         found["parameters"] = worst_difference(model.full_state_dict(), ref_params, PARAMETER_FLOOR)
         worst = {kind: max(worst[kind], found[kind]) for kind in worst}
-    return worst
+    return worst, losses
 
 
 def main(layouts, steps, sequence_parallel, zero):
@@ -104,9 +107,9 @@ def main(layouts, steps, sequence_parallel, zero):
         + (f"; {', '.join(flags)}" if flags else ""))
     say(f"largest relative difference to one device over {steps} step(s), every rank's gathered copy:")
     reference = single_device_run(steps)
-    overall = 0.0
+    overall, curves = 0.0, {"one device": [loss for loss, _, _ in reference]}
     for layout in layouts:
-        worst = check_layout(layout, reference, sequence_parallel, zero)
+        worst, curves["dp{}·tp{}·pp{}".format(*layout)] = check_layout(layout, reference, sequence_parallel, zero)
         # The largest over all ranks (each compared its own gathered copy).
         values = world.all_reduce(np.array([worst[k][0] for k in worst]), op="max")
         overall = max(overall, float(values.max()))
@@ -115,6 +118,7 @@ def main(layouts, steps, sequence_parallel, zero):
             f"({worst['gradients'][1]})  parameters {values[2]:.1e} ({worst['parameters'][1]})")
     say(f"largest over {len(layouts)} layout(s) x {steps} step(s): {overall:.1e} "
         f"(tolerance {TOLERANCE:g}): {'equal' if overall <= TOLERANCE else 'DIFFERENT'}")
+    return curves  # the loss of every step, per layout: what tutorials/pictures.py draws
 
 
 def parse_layouts(text):

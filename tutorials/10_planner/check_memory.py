@@ -46,9 +46,10 @@ def main():
     for rank, (plan_bytes, real) in enumerate(rows):
         say(f"  tp rank {rank}: planner {plan_bytes:>8}  real model {real:>8}  difference {real - plan_bytes}")
 
+    predictions = {"tensor parallel: parameter bytes": rows}  # (planner, real) pairs, for tutorials/pictures.py
     if n > CONFIG.n_layer:
         say(f"\n(pipeline part skipped: {n} stages need at least {n} blocks)")
-        return
+        return predictions
     mt.manual_seed(0)
     pipe = Pipeline.from_gpt(GPT(CONFIG), group, microbatches=M, schedule="1f1b")
     predicted = param_bytes_per_rank(PLAN_CONFIG, 1, 1, n, (0, 0, group.rank))["params"]
@@ -63,6 +64,9 @@ def main():
     for rank, (plan_bytes, real, plan_act, real_act) in enumerate(rows):
         say(f"  stage {rank}: parameters planner {plan_bytes:>8}  real model {real:>8}  difference {real - plan_bytes}"
             f";  activations planner {plan_act:>8}  measured {real_act:>8}")
+    predictions["pipeline: parameter bytes"] = rows[:, :2]
+    predictions["pipeline: activation bytes"] = rows[:, 2:]
+    return predictions
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ BATCH, SEQ, M = 8, 16, 8
 
 
 def simulate(say):
+    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures.py)."""
+    timelines = []
     say(f"simulated, p = {SIM_P} stages, m = {SIM_M} micro-batches, F = B = W = 1 unit "
         f"(1F1B's backward is B + W = 2):")
     for name in SCHEDULES:
@@ -40,6 +42,8 @@ def simulate(say):
             f"(closed form {bubble_theory(SIM_P, SIM_M, schedule=name):.4f})")
         say(f"{name} bubble inside the ranks' spans: {timeline.inner_bubble_fraction():.4f}")
         say(f"{name} simulated peak stored micro-batches per stage: {report.peak_activations}")
+        timelines.append((name, timeline))
+    return timelines
 
 
 def main():

@@ -1,0 +1,53 @@
+"""`python -m tutorials.pictures`: every picture renders (with matplotlib), every picture
+has its text form (without it), and every committed picture is shown in its chapter."""
+import sys
+from importlib.util import find_spec
+
+import pytest
+from mpi_launch import REPO, run_command
+
+from tutorials.pictures import PICTURES, TUTORIALS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def pictures_command(*args, hide_matplotlib=False):
+    """Run the command as a reader would, from the checkout root; `hide_matplotlib` makes
+    `import matplotlib` fail in it, as on a machine without the plots extra."""
+    hide = "import sys; sys.modules['matplotlib'] = None; " if hide_matplotlib else ""
+    code = hide + f"from tutorials.pictures import main; main({list(map(str, args))!r})"
+    return run_command([sys.executable, "-c", code], timeout=900, cwd=REPO).stdout
+
+
+def test_without_matplotlib_the_command_prints_each_pictures_text_form():
+    out = pictures_command("mesh_grid", "interleaved", "ring_steps", hide_matplotlib=True)
+    assert "matplotlib is not installed (pip install -e '.[plots]')" in out
+    assert "=== 09_3d: mesh_grid" in out and "mesh dp=2 x tp=2 x pp=2 over 8 ranks" in out
+    assert "=== 08_1f1b_checkpointing: interleaved" in out and "rank 0 | F0a F1a F0b" in out
+    assert "=== 03_collectives: ring_steps" in out and "reduce-scatter step 1" in out
+    assert ".png" not in out
+
+
+@pytest.mark.skipif(find_spec("matplotlib") is None,
+                    reason="matplotlib is not installed (pip install -e '.[plots]'): pictures not rendered; "
+                           "the text form is tested without it")
+def test_every_picture_renders_a_small_png(tmp_path):
+    out = pictures_command("--quick", "--out", tmp_path)
+    for picture in PICTURES:
+        path = tmp_path / picture.chapter / "pictures" / f"{picture.name}.png"
+        assert str(path) in out
+        assert path.read_bytes()[:8] == PNG_MAGIC and 1_000 < path.stat().st_size < 100_000
+
+
+def test_every_picture_is_committed_and_shown_in_its_chapter():
+    for picture in PICTURES:
+        relative = f"pictures/{picture.name}.png"
+        assert (TUTORIALS / picture.chapter / relative).is_file(), f"run: python -m tutorials.pictures {picture.name}"
+        assert f"]({relative})" in (TUTORIALS / picture.chapter / "README.md").read_text()
+
+
+def test_an_unknown_picture_is_named_in_the_error(capsys):
+    from tutorials.pictures import main
+    with pytest.raises(SystemExit):
+        main(["mesh_grid", "no_such_picture"])
+    assert "unknown picture(s) no_such_picture; choose from train_loss, ring_steps" in capsys.readouterr().err
