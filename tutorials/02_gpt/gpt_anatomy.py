@@ -2,9 +2,12 @@
 
     python tutorials/02_gpt/gpt_anatomy.py [--n-layer 2 --n-head 4 --d-model 128 --batch 64]
 
-The default model is the one chapter 2 trains on the addition task. Each
-module is run on a fresh leaf input, so minitensor.graph counts the FLOPs of
-that module alone; the totals are then compared with the closed-form counts.
+The default model has the shape of the one train_addition.py trains (the sizes of
+minitensor.data.recommended_config(), on its 2-digit addition task), with freshly
+initialised weights: it trains nothing, since parameter and FLOP counts do not depend
+on the weights' values. Each module is run on a fresh leaf input, so minitensor.graph
+counts the FLOPs of that module alone; the totals are then compared with the
+closed-form counts.
 """
 import argparse
 
@@ -12,7 +15,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import graph
-from minitensor.data import AdditionTask
+from minitensor.data import AdditionTask, recommended_config
 from minitensor.models.gpt import GPT, GPTConfig
 
 
@@ -47,7 +50,7 @@ def rows_for(model, idx, targets):
 
 
 def main(args):
-    task = AdditionTask(digits=3)
+    task = AdditionTask(digits=args.digits)
     cfg = GPTConfig(vocab_size=task.vocab_size, block_size=task.block_size, n_layer=args.n_layer,
                     n_head=args.n_head, d_model=args.d_model)
     mt.manual_seed(0)
@@ -85,8 +88,8 @@ def main(args):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n-layer", type=int, default=2)
-    parser.add_argument("--n-head", type=int, default=4)
-    parser.add_argument("--d-model", type=int, default=128)
+    recipe = recommended_config()
+    for flag in ("digits", "n_layer", "n_head", "d_model"):
+        parser.add_argument("--" + flag.replace("_", "-"), type=int, default=recipe[flag])
     parser.add_argument("--batch", type=int, default=64)
     main(parser.parse_args())
