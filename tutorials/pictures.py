@@ -95,6 +95,8 @@ def draw_train_loss(plt, data):
     ax.set_yscale("log")
     ax.set(xlabel="step", ylabel="training loss (log)",
            title=f"2-digit addition: held-out exact match {matched:.0%} after {len(losses)} steps")
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
     return fig
 
 
