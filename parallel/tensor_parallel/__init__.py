@@ -6,9 +6,11 @@
     vocab.py        VocabParallelEmbedding, vocab_parallel_cross_entropy (vocabulary padding)
     transformer.py  ParallelSelfAttention, ParallelMLP, ParallelBlock
     random.py       dropout streams: replicated vs sharded regions
+    mlm_head.py     ParallelMLMHead: BERT's output layer on the vocab-parallel tied embedding
     model.py        TensorParallelStage: a dense stage (or the whole GPT) converted part by part
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
+from .mlm_head import ParallelMLMHead
 from .mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -30,6 +32,6 @@ __all__ = [
     "gather_from_sequence_parallel_region", "reduce_scatter_to_sequence_parallel_region",
     "TensorParallelGPT", "TensorParallelStage", "TensorParallelRNG",
     "full_state_dict", "full_grads", "load_full_state_dict", "all_reduce_partial_grads",
-    "ParallelSelfAttention", "ParallelMLP", "ParallelBlock",
+    "ParallelSelfAttention", "ParallelMLP", "ParallelBlock", "ParallelMLMHead",
     "VocabParallelEmbedding", "vocab_parallel_cross_entropy",
 ]
