@@ -29,10 +29,8 @@ class TiedGradients:
 
     def __init__(self, stages, mesh, ties):
         self.copies = [p for stage in stages for name, p in stage.named_parameters() if name in stage.tied_names()]
+        # With pp = 1 one stage is both ends (the pipeline allows no chunks on one rank): nothing to sum.
         self.group = embedding_group(mesh) if ties and mesh.pp > 1 else None
-        if self.copies and self.group is None:  # one rank holds both ends as two stages (interleaved, pp 1)
-            raise ValueError("tied embedding: the first and the last stage on one rank (pp=1 with chunks > 1) "
-                             "is not supported; use --chunks 1 or pp > 1")
 
     def finish(self):
         """After backward, before the optimizer (and in the same order on every rank)."""
