@@ -27,6 +27,8 @@ class GPTConfig:
     d_model: int
     dropout: float = 0.0
     causal: bool = True
+    d_head: int = None  # width of one head; default d_model // n_head (structured pruning keeps it)
+    d_ff: int = None    # the MLP's hidden width; default 4·d_model (structured pruning shrinks it)
     name = "GPT"  # (a class attribute, not a field) for messages
 
     def __post_init__(self):
@@ -34,8 +36,20 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_head:
+        for name in ("d_head", "d_ff"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"GPTConfig: {name} must be a positive integer or None, got {value!r}")
+        if self.d_head is None and self.d_model % self.n_head:
             raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+
+    @property
+    def head_dim(self):
+        return self.d_head or self.d_model // self.n_head
+
+    @property
+    def mlp_width(self):
+        return self.d_ff or 4 * self.d_model
 
 
 def split_heads(x, n_head):
@@ -62,10 +76,10 @@ def attend(q, k, v, n_head, causal, dropout_p, training):
 class SelfAttention(nn.Module):
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         super().__init__()
-        d = config.d_model
+        d, inner = config.d_model, config.n_head * config.head_dim
         self.n_head, self.causal, self.dropout = config.n_head, config.causal, config.dropout
-        self.q, self.k, self.v = (nn.Linear(d, d, dtype=dtype) for _ in range(3))
-        self.proj = nn.Linear(d, d, dtype=dtype)
+        self.q, self.k, self.v = (nn.Linear(d, inner, dtype=dtype) for _ in range(3))
+        self.proj = nn.Linear(inner, d, dtype=dtype)
         self.resid_drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
@@ -77,8 +91,8 @@ class MLP(nn.Module):
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         super().__init__()
         d = config.d_model
-        self.fc = nn.Linear(d, 4 * d, dtype=dtype)
-        self.proj = nn.Linear(4 * d, d, dtype=dtype)
+        self.fc = nn.Linear(d, config.mlp_width, dtype=dtype)
+        self.proj = nn.Linear(config.mlp_width, d, dtype=dtype)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
