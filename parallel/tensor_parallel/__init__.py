@@ -10,7 +10,6 @@
     model.py        TensorParallelStage: a dense stage (or the whole GPT) converted part by part
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
-from .mlm_head import ParallelMLMHead
 from .mappings import (
     copy_to_tensor_model_parallel_region,
     gather_from_sequence_parallel_region,
@@ -19,6 +18,7 @@ from .mappings import (
     reduce_scatter_to_sequence_parallel_region,
     scatter_to_tensor_model_parallel_region,
 )
+from .mlm_head import ParallelMLMHead
 from .model import TensorParallelGPT, TensorParallelStage
 from .random import TensorParallelRNG
 from .sharding import all_reduce_partial_grads, full_grads, full_state_dict, load_full_state_dict

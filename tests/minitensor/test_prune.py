@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitensor as mt
+import parallel
 from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
@@ -18,7 +19,6 @@ from minitensor.prune import (
     prune_neurons,
     units_to_prune,
 )
-import parallel
 from parallel import run_threads
 from parallel.tensor_parallel import TensorParallelGPT
 
