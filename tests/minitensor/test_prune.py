@@ -116,7 +116,7 @@ def zero_neurons(model, removed):
         mlp.proj.weight.data[:, neurons] = 0
 
 
-@pytest.mark.parametrize("make", [gpt, bert])
+@pytest.mark.parametrize("make", [gpt, bert], ids=["gpt", "bert"])
 @pytest.mark.parametrize("kind, count, tp", [("heads", 2, 2), ("heads", 1, 1), ("neurons", 40, 2), ("neurons", 7, 1)])
 def test_the_physically_pruned_model_equals_the_masked_one(make, kind, count, tp):
     idx, targets = batch(3)

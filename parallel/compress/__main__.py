@@ -1,0 +1,94 @@
+"""`python -m parallel.compress prune|distill [flags]`: progress lines, then a table."""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from minitensor.data import exact_match
+
+from . import STUDENT, TEACHER, distill_experiment, gpt, prune_experiment, task, trained_teacher
+
+EXAMPLES = """examples:
+  python -m parallel.compress prune                         # 50/75/90% magnitude + structured, fine-tuned
+  python -m parallel.compress prune --sparsity 0.9 --finetune-steps 100
+  python -m parallel.compress distill --seeds 0 1 2 --steps 600
+"""
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m parallel.compress", epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Prune or distill the 2-digit addition GPT and measure held-out exact match.")
+    p.add_argument("--teacher-steps", type=int, default=1000, help="training steps of the teacher (cached)")
+    p.add_argument("--problems", type=int, default=1000, help="held-out problems scored")
+    sub = p.add_subparsers(dest="command", required=True)
+    prune = sub.add_parser("prune", help="magnitude pruning at several sparsities, and heads/neurons removed")
+    prune.add_argument("--sparsity", type=float, nargs="+", default=[0.5, 0.75, 0.9])
+    prune.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps after pruning")
+    distill = sub.add_parser("distill", help="a student of < 1/4 the parameters, alone vs distilled")
+    distill.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    distill.add_argument("--steps", type=int, default=600, help="training steps of each student")
+    distill.add_argument("--alpha", type=float, default=0.5, help="weight of the hard-label cross-entropy")
+    distill.add_argument("--temperature", type=float, default=2.0)
+    return p
+
+
+def check_args(args):
+    for name in ("teacher_steps", "problems", "finetune_steps", "steps"):
+        if getattr(args, name, 1) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(args, name)}")
+    if any(not 0 <= s < 1 for s in getattr(args, "sparsity", [])):
+        raise ValueError(f"--sparsity values must be in [0, 1), got {args.sparsity}")
+    if not 0 <= getattr(args, "alpha", 0) <= 1:
+        raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
+    if getattr(args, "temperature", 1) <= 0:
+        raise ValueError(f"--temperature must be > 0, got {args.temperature}")
+
+
+def progress(what, step, loss):
+    print(f"  {what}: step {step}  loss {loss:.4f}", flush=True)
+
+
+def run_prune(args, teacher):
+    rows = prune_experiment(teacher, args.sparsity, args.finetune_steps, args.problems,
+                            log=lambda what, step, loss: progress(what, step, loss))
+    print(f"\npruning the teacher, then {args.finetune_steps} fine-tuning steps (mask re-applied after each):")
+    print(f"  {'model':<32} {'parameters':>10} {'sparsity':>9} {'exact match pruned':>19} {'fine-tuned':>11}")
+    for what, kept, reached, before, after in rows:
+        print(f"  {what:<32} {kept:>10,} {reached:>9.4f} {before:>19.3f} {after:>11.3f}")
+
+
+def run_distill(args, teacher):
+    student = gpt(STUDENT, 0).num_parameters()
+    print(f"student: {STUDENT}, {student:,} parameters = {student / teacher.num_parameters():.3f} of the teacher's")
+    results = distill_experiment(teacher, args.seeds, args.steps, args.problems, args.alpha, args.temperature,
+                                 log=lambda what, step, loss: progress(what, step, loss))
+    print(f"\nthe student, {args.steps} steps, alone vs distilled (alpha {args.alpha}, temperature {args.temperature}):")
+    print(f"  {'seed':>4} {'alone':>8} {'distilled':>10}")
+    for seed, (alone, taught) in results.items():
+        print(f"  {seed:>4} {alone:>8.3f} {taught:>10.3f}")
+    alone, taught = (float(np.median([r[i] for r in results.values()])) for i in (0, 1))
+    print(f"median held-out exact match: alone {alone:.3f}, distilled {taught:.3f} "
+          f"({'distillation helps' if taught > alone else 'distillation does not help here'})")
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_args(args)
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    start = time.perf_counter()
+    print(f"teacher: {TEACHER}, 2-digit addition, {args.teacher_steps} steps (cached after the first run)", flush=True)
+    teacher = trained_teacher(args.teacher_steps, log=lambda step, loss: progress("teacher", step, loss))
+    print(f"teacher: {teacher.num_parameters():,} parameters, held-out exact match "
+          f"{exact_match(teacher, task(), args.problems):.3f}", flush=True)
+    (run_prune if args.command == "prune" else run_distill)(args, teacher)
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
