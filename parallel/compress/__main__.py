@@ -20,13 +20,15 @@ def build_parser():
     p = argparse.ArgumentParser(prog="python -m parallel.compress", epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Prune or distill the 2-digit addition GPT and measure held-out exact match.")
-    p.add_argument("--teacher-steps", type=int, default=1000, help="training steps of the teacher (cached)")
-    p.add_argument("--problems", type=int, default=1000, help="held-out problems scored")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--teacher-steps", type=int, default=1000, help="training steps of the teacher (cached)")
+    common.add_argument("--problems", type=int, default=1000, help="held-out problems scored")
     sub = p.add_subparsers(dest="command", required=True)
-    prune = sub.add_parser("prune", help="magnitude pruning at several sparsities, and heads/neurons removed")
+    prune = sub.add_parser("prune", parents=[common],
+                           help="magnitude pruning at several sparsities, and heads/neurons removed")
     prune.add_argument("--sparsity", type=float, nargs="+", default=[0.5, 0.75, 0.9])
     prune.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps after pruning")
-    distill = sub.add_parser("distill", help="a student of < 1/4 the parameters, alone vs distilled")
+    distill = sub.add_parser("distill", parents=[common], help="a student of < 1/4 the parameters, alone vs distilled")
     distill.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     distill.add_argument("--steps", type=int, default=600, help="training steps of each student")
     distill.add_argument("--alpha", type=float, default=0.5, help="weight of the hard-label cross-entropy")
