@@ -12,7 +12,6 @@ import sys
 from dataclasses import asdict, replace
 
 from minitensor.flags import AT_LEAST_1, parse_checked
-
 from minitensor.models.bert import BertConfig
 
 from .layout import PRECISIONS, SCHEDULES
