@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import minitensor as mt
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from minitensor.models import GPT, GPTConfig
 from minitensor.prune import MagnitudePruner, prune_heads, prune_neurons, units_to_prune
 
@@ -55,9 +56,7 @@ def main(argv):
     parser = argparse.ArgumentParser(prog="python -m parallel.bench compress", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=7, help="timed steps per model (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0:
-        parser.error(f"--steps must be ≥ 1 and --warmup ≥ 0, got {args.steps} and {args.warmup}")
+    args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
     print(f"GPT {CONFIG}, batch {BATCH}, float32, forward + backward, median of {args.steps} steps")
     dense_time = None
     for name, model, params in models():

@@ -6,6 +6,7 @@ import time
 import numpy as np
 
 from minitensor.data import exact_match
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, POSITIVE, bad_flag
 
 from . import STUDENT, TEACHER, distill_experiment, gpt, prune_experiment, task, trained_teacher
 
@@ -36,16 +37,10 @@ def build_parser():
     return p
 
 
-def check_args(args):
-    for name in ("teacher_steps", "problems", "finetune_steps", "steps"):
-        if getattr(args, name, 1) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(args, name)}")
-    if any(not 0 <= s < 1 for s in getattr(args, "sparsity", [])):
-        raise ValueError(f"--sparsity values must be in [0, 1), got {args.sparsity}")
-    if not 0 <= getattr(args, "alpha", 0) <= 1:
-        raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
-    if getattr(args, "temperature", 1) <= 0:
-        raise ValueError(f"--temperature must be > 0, got {args.temperature}")
+COMMON = {"teacher_steps": AT_LEAST_1, "problems": AT_LEAST_1}
+RULES = {"prune": {**COMMON, "finetune_steps": AT_LEAST_1, "sparsity": ("in [0, 1)", lambda v: 0 <= v < 1)},
+         "distill": {**COMMON, "steps": AT_LEAST_1, "seeds": AT_LEAST_0,
+                     "alpha": ("in [0, 1]", lambda v: 0 <= v <= 1), "temperature": POSITIVE}}
 
 
 def progress(what, step, loss):
@@ -78,10 +73,9 @@ def run_distill(args, teacher):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        check_args(args)
-    except ValueError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    message = bad_flag(args, RULES[args.command])
+    if message:
+        parser.error(message)
     start = time.perf_counter()
     print(f"teacher: {TEACHER}, 2-digit addition, {args.teacher_steps} steps (cached after the first run)", flush=True)
     teacher = trained_teacher(args.teacher_steps, log=lambda step, loss: progress("teacher", step, loss))
