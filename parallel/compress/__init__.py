@@ -101,8 +101,8 @@ def prune_experiment(teacher, sparsities, finetune_steps, problems, seed=1, tp=2
     return rows
 
 
-def distill_experiment(teacher, seeds, steps, problems, alpha, temperature, log=None):
-    """{seed: (exact match trained alone, exact match distilled)} of the student, same steps."""
+def distill_experiment(teacher, seeds, steps, problems, alpha, temperature, student=STUDENT, log=None):
+    """{seed: (exact match trained alone, exact match distilled)} of the `student` sizes, same steps."""
     t = task()
 
     def distill_loss(student, idx, targets):
@@ -110,8 +110,8 @@ def distill_experiment(teacher, seeds, steps, problems, alpha, temperature, log=
 
     results = {}
     for seed in seeds:
-        alone = train(gpt(STUDENT, seed), steps, seed, log=log and (lambda s, v: log(f"seed {seed} alone", s, v)))
-        taught = train(gpt(STUDENT, seed), steps, seed, loss_of=distill_loss,
+        alone = train(gpt(student, seed), steps, seed, log=log and (lambda s, v: log(f"seed {seed} alone", s, v)))
+        taught = train(gpt(student, seed), steps, seed, loss_of=distill_loss,
                        log=log and (lambda s, v: log(f"seed {seed} distilled", s, v)))
         results[seed] = (exact_match(alone, t, problems), exact_match(taught, t, problems))
     return results

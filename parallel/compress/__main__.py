@@ -27,20 +27,24 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True)
     prune = sub.add_parser("prune", parents=[common],
                            help="magnitude pruning at several sparsities, and heads/neurons removed")
-    prune.add_argument("--sparsity", type=float, nargs="+", default=[0.5, 0.75, 0.9])
+    prune.add_argument("--sparsity", type=float, nargs="+", default=[0.5, 0.75, 0.9], help="shares of zeroed weights")
     prune.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps after pruning")
     distill = sub.add_parser("distill", parents=[common], help="a student of < 1/4 the parameters, alone vs distilled")
-    distill.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    distill.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one student pair per seed")
     distill.add_argument("--steps", type=int, default=600, help="training steps of each student")
     distill.add_argument("--alpha", type=float, default=0.5, help="weight of the hard-label cross-entropy")
-    distill.add_argument("--temperature", type=float, default=2.0)
+    distill.add_argument("--temperature", type=float, default=2.0, help="softening of both softmaxes")
+    distill.add_argument("--student-layers", type=int, default=STUDENT["n_layer"], help="the student's blocks")
+    distill.add_argument("--student-heads", type=int, default=STUDENT["n_head"], help="the student's heads")
+    distill.add_argument("--student-d-model", type=int, default=STUDENT["d_model"], help="the student's width")
     return p
 
 
 COMMON = {"teacher_steps": AT_LEAST_1, "problems": AT_LEAST_1}
 RULES = {"prune": {**COMMON, "finetune_steps": AT_LEAST_1, "sparsity": ("in [0, 1)", lambda v: 0 <= v < 1)},
          "distill": {**COMMON, "steps": AT_LEAST_1, "seeds": AT_LEAST_0,
-                     "alpha": ("in [0, 1]", lambda v: 0 <= v <= 1), "temperature": POSITIVE}}
+                     "alpha": ("in [0, 1]", lambda v: 0 <= v <= 1), "temperature": POSITIVE,
+                     **dict.fromkeys(("student_layers", "student_heads", "student_d_model"), AT_LEAST_1)}}
 
 
 def progress(what, step, loss):
@@ -57,9 +61,10 @@ def run_prune(args, teacher):
 
 
 def run_distill(args, teacher):
-    student = gpt(STUDENT, 0).num_parameters()
-    print(f"student: {STUDENT}, {student:,} parameters = {student / teacher.num_parameters():.3f} of the teacher's")
-    results = distill_experiment(teacher, args.seeds, args.steps, args.problems, args.alpha, args.temperature,
+    sizes = dict(n_layer=args.student_layers, n_head=args.student_heads, d_model=args.student_d_model)
+    student = gpt(sizes, 0).num_parameters()
+    print(f"student: {sizes}, {student:,} parameters = {student / teacher.num_parameters():.3f} of the teacher's")
+    results = distill_experiment(teacher, args.seeds, args.steps, args.problems, args.alpha, args.temperature, sizes,
                                  log=lambda what, step, loss: progress(what, step, loss))
     print(f"\nthe student, {args.steps} steps, alone vs distilled (alpha {args.alpha}, temperature {args.temperature}):")
     print(f"  {'seed':>4} {'alone':>8} {'distilled':>10}")
