@@ -102,7 +102,7 @@ def lowest_per_rank(scores, count, tp, what):
         raise ValueError(f"prune {what}: can remove 0 to {total - 1} of {total}, got {count}")
     if total % tp or count % tp:
         raise ValueError(f"prune {what}: removing {count} of {total} under tp={tp} must take the same number "
-                         f"from each rank's {total // tp if total % tp == 0 else total / tp} (both divisible by tp)")
+                         f"from each tp rank's share: both numbers must be divisible by tp")
     share = total // tp
     return sorted(int(r * share + i) for r, part in enumerate(scores.reshape(tp, share))
                   for i in np.argsort(part, kind="stable")[:count // tp])
@@ -161,7 +161,7 @@ def prune_neurons(model, removed):
     count = check_same_count(removed, "neurons")
     for i, neurons in removed.items():
         mlp = model.blocks[i].mlp
-        index = np.array([n for n in range(width) if n not in set(neurons)])
+        index = np.setdiff1d(np.arange(width), neurons)
         keep(mlp.fc, index, axis=0)
         keep(mlp.proj, index, axis=1)
     model.config = dataclasses.replace(model.config, d_ff=width - count)
