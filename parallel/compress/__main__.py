@@ -13,7 +13,7 @@ from . import STUDENT, TEACHER, distill_experiment, gpt, prune_experiment, task,
 EXAMPLES = """examples:
   python -m parallel.compress prune                         # 50/75/90% magnitude + structured, fine-tuned
   python -m parallel.compress prune --sparsity 0.9 --finetune-steps 100
-  python -m parallel.compress distill --seeds 0 1 2 --steps 600
+  python -m parallel.compress distill --seeds 0 1 2 --steps 800
 """
 
 
@@ -22,16 +22,16 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Prune or distill the 2-digit addition GPT and measure held-out exact match.")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--teacher-steps", type=int, default=1000, help="training steps of the teacher (cached)")
+    common.add_argument("--teacher-steps", type=int, default=2000, help="training steps of the teacher (cached)")
     common.add_argument("--problems", type=int, default=1000, help="held-out problems scored")
     sub = p.add_subparsers(dest="command", required=True)
     prune = sub.add_parser("prune", parents=[common],
                            help="magnitude pruning at several sparsities, and heads/neurons removed")
     prune.add_argument("--sparsity", type=float, nargs="+", default=[0.5, 0.75, 0.9], help="shares of zeroed weights")
-    prune.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps after pruning")
+    prune.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning steps after pruning")
     distill = sub.add_parser("distill", parents=[common], help="a student of < 1/4 the parameters, alone vs distilled")
     distill.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one student pair per seed")
-    distill.add_argument("--steps", type=int, default=600, help="training steps of each student")
+    distill.add_argument("--steps", type=int, default=800, help="training steps of each student")
     distill.add_argument("--alpha", type=float, default=0.5, help="weight of the hard-label cross-entropy")
     distill.add_argument("--temperature", type=float, default=2.0, help="softening of both softmaxes")
     distill.add_argument("--student-layers", type=int, default=STUDENT["n_layer"], help="the student's blocks")
