@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import parallel
 from minitensor.models.bert import BertConfig
-from parallel import HybridGPT, Mesh, run_threads
+from parallel import HybridGPT, Mesh, Pipeline, run_threads
 from parallel.pipeline.tied import TiedGradients
 from parallel.tensor_parallel.sharding import padded_size
 
@@ -64,3 +65,12 @@ def test_without_the_sum_the_pipeline_would_not_equal_one_device(monkeypatch):
     with pytest.raises(AssertionError, match="tok_emb.weight"):
         check_against_single(history, run_single(CONFIG, 2, batches, 1))
 
+
+
+def test_a_bare_pipeline_of_a_tied_model_is_a_clear_error():
+    # Pipeline alone has no embedding group to sum the copies over: HybridGPT has.
+    def build():
+        Pipeline.from_gpt(make_model(CONFIG, 0), parallel.world(), microbatches=2)
+
+    with pytest.raises(ValueError, match=r"BERT ties parameters .* use HybridGPT\(model, Mesh\(1, 1, 2\)\)"):
+        run_threads(2, build, timeout=30)
