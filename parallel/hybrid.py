@@ -5,6 +5,7 @@
                               each stage's parts are tensor parallel over tp
                               (heads, MLP columns, vocabulary; SP: the sequence between them)
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
+                       tied: sum BERT's embedding copies over the first and last stage
                        DP: average over dp (DataParallel's buckets; under ZeRO-1 the
                            optimizer's reduce-scatter does it)
         ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
@@ -27,13 +28,15 @@ from .data_parallel import broadcast_parameters
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
+from .pipeline.tied import TiedGradients
 from .reducer import Reducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
 
 
 class HybridGPT(ParallelModel):
-    """This rank's part of `gpt` under the 3D layout `mesh` (every rank passes the same dense GPT).
+    """This rank's part of `gpt` under the 3D layout `mesh` (every rank passes the same dense GPT,
+    or the same dense BERT: the same blocks, other ends).
 
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
@@ -47,12 +50,13 @@ class HybridGPT(ParallelModel):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
-        self.config, self.mesh, self.zero = config, mesh, zero
+        self.config, self.mesh, self.zero, self.dense_class = config, mesh, zero, type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed) for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
+        self.tied = TiedGradients(self.stages, mesh, ties=bool(set(gpt.first_parts) & set(gpt.last_parts)))
         # The dp mean goes through the reducer's buckets, last parameters first; under ZeRO
         # the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
         self.dp_reducer = None
@@ -123,6 +127,7 @@ class HybridGPT(ParallelModel):
             return
         for stage in self.stages:
             stage.finish_grad_sync()
+        self.tied.finish()
         if self.accumulated > 1:
             for p in self.parameters():
                 if p.grad is not None:
@@ -146,8 +151,10 @@ class HybridGPT(ParallelModel):
     # --- the dense, single-device view (collectives over the whole mesh) -----------
 
     def _merge(self, local):
-        """Each stage's tp-gathered arrays merged over pp, in single-device name order."""
-        merged = gather_named_arrays(self.mesh.pp_group, local)
+        """Each stage's tp-gathered arrays merged over pp, in single-device name order (a tied
+        copy on the last stage is left out: the first stage's is the same)."""
+        copies = {name for stage in self.stages if not stage.is_first for name in stage.tied_names()}
+        merged = gather_named_arrays(self.mesh.pp_group, {n: a for n, a in local.items() if n not in copies})
         return {name: merged[name] for name in self.dense_names if name in merged}
 
     def full_state_dict(self):
@@ -182,7 +189,8 @@ class HybridGPT(ParallelModel):
     # --- what the layout costs -------------------------------------------------------
 
     def groups(self):
-        return {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
+        groups = {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
+        return {**groups, "embedding": self.tied.group} if self.tied.group is not None else groups
 
     def communication_stats(self):
         """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.

@@ -3,7 +3,8 @@
 They never ask which mechanisms a model composes; they call these names. `HybridGPT`
 (dp × tp × pp) is the implementation; a new layout joins by providing the same names.
 
-    config, mesh, optimizer      the GPTConfig, the Mesh, the optimizer (None before configure_optimizer)
+    config, mesh, optimizer      the GPTConfig (or BertConfig), the Mesh, the optimizer (None before configure_optimizer)
+    dense_class                  the single-device model class (GPT or BERT)
     layout()                     the layout's switches as a JSON-able dict (kept in checkpoints)
     named_parameters()           this rank's parameters by single-device name; a tensor-parallel
                                  shard is described by tensor_parallel.sharding.tp_axis / dense_shape
@@ -24,6 +25,7 @@ from minitensor.models.gpt import GPT
 
 class ParallelModel(ABC):
     config = mesh = optimizer = None
+    dense_class = GPT
 
     @abstractmethod
     def layout(self):
@@ -77,8 +79,8 @@ class ParallelModel(ABC):
         return [p for _, p in self.named_parameters()]
 
     def dense_gpt(self):
-        """A single-device GPT holding the gathered parameters (on every rank), in eval mode."""
-        model = GPT(self.config, dtype=self.parameters()[0].dtype)
+        """A single-device GPT (or BERT) holding the gathered parameters (on every rank), in eval mode."""
+        model = self.dense_class(self.config, dtype=self.parameters()[0].dtype)
         model.load_state_dict(self.full_state_dict())
         return model.eval()
 

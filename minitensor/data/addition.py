@@ -84,13 +84,13 @@ class AdditionTask:
         self.generator = np.random.default_rng(seed)
 
     def encode(self, text):
-        unknown = sorted(set(text) - set(VOCAB))
+        unknown = sorted(set(text) - set(self.vocab))
         if unknown:
-            raise ValueError(f"AdditionTask.encode: characters {unknown} are not in {VOCAB!r}")
-        return np.array([VOCAB.index(c) for c in text], dtype=np.int64)
+            raise ValueError(f"{type(self).__name__}.encode: characters {unknown} are not in {self.vocab!r}")
+        return np.array([self.vocab.index(c) for c in text], dtype=np.int64)
 
     def decode(self, ids):
-        return "".join(VOCAB[i] for i in np.asarray(ids).reshape(-1))
+        return "".join(self.vocab[i] for i in np.asarray(ids).reshape(-1))
 
     def is_heldout(self, a, b):
         """True for the pairs (a, b) set aside for evaluation (elementwise)."""

@@ -1,3 +1,4 @@
+from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 
-__all__ = ["GPT", "GPTConfig"]
+__all__ = ["BERT", "BertConfig", "GPT", "GPTConfig"]

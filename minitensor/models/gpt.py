@@ -27,14 +27,29 @@ class GPTConfig:
     d_model: int
     dropout: float = 0.0
     causal: bool = True
+    d_head: int = None  # width of one head; default d_model // n_head (structured pruning keeps it)
+    d_ff: int = None    # the MLP's hidden width; default 4·d_model (structured pruning shrinks it)
+    name = "GPT"  # (a class attribute, not a field) for messages
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_head:
+        for name in ("d_head", "d_ff"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"GPTConfig: {name} must be a positive integer or None, got {value!r}")
+        if self.d_head is None and self.d_model % self.n_head:
             raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+
+    @property
+    def head_dim(self):
+        return self.d_head or self.d_model // self.n_head
+
+    @property
+    def mlp_width(self):
+        return self.d_ff or 4 * self.d_model
 
 
 def split_heads(x, n_head):
@@ -61,10 +76,10 @@ def attend(q, k, v, n_head, causal, dropout_p, training):
 class SelfAttention(nn.Module):
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         super().__init__()
-        d = config.d_model
+        d, inner = config.d_model, config.n_head * config.head_dim
         self.n_head, self.causal, self.dropout = config.n_head, config.causal, config.dropout
-        self.q, self.k, self.v = (nn.Linear(d, d, dtype=dtype) for _ in range(3))
-        self.proj = nn.Linear(d, d, dtype=dtype)
+        self.q, self.k, self.v = (nn.Linear(d, inner, dtype=dtype) for _ in range(3))
+        self.proj = nn.Linear(inner, d, dtype=dtype)
         self.resid_drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
@@ -76,8 +91,8 @@ class MLP(nn.Module):
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         super().__init__()
         d = config.d_model
-        self.fc = nn.Linear(d, 4 * d, dtype=dtype)
-        self.proj = nn.Linear(4 * d, d, dtype=dtype)
+        self.fc = nn.Linear(d, config.mlp_width, dtype=dtype)
+        self.proj = nn.Linear(config.mlp_width, d, dtype=dtype)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
@@ -98,30 +113,54 @@ class Block(nn.Module):
 
 
 class GPTEnds:
-    """The two ends of a GPT, for any module that holds its parts under the GPT's names:
-    `embed` (tok_emb, pos_emb, drop) and `head` (ln_f, lm_head, the loss). The GPT below
-    and every pipeline stage of it inherit them; a tensor-parallel stage overrides only
-    `positions` (its slice of the sequence) and `loss` (over a vocabulary split in shards)."""
+    """The two ends of a GPT or a BERT, for any module that holds its parts under the model's
+    names: `embed` (tok_emb, pos_emb, BERT's seg_emb, drop) and `head` (ln_f, then the GPT's
+    lm_head or BERT's mlm_head on the tied tok_emb weight; the loss). Both models and every
+    pipeline stage of them inherit them; a tensor-parallel stage overrides only `positions`
+    (its slice of the sequence) and `loss` (over a vocabulary split in shards)."""
+
+    first_parts = ("tok_emb", "pos_emb", "drop")  # what the first pipeline stage holds
+    last_parts = ("ln_f", "lm_head")              # and the last (bert.py: + the tied tok_emb)
 
     def embed(self, idx):
-        """Token + position embeddings of integer `idx` (B, T), then dropout."""
+        """Token + position (+ segment) embeddings of integer `idx` (B, T), then dropout."""
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
         t = idx.shape[-1]
         if t > self.config.block_size:
-            raise ValueError(f"GPT: sequence length {t} exceeds block_size {self.config.block_size}")
-        return self.drop(self.tok_emb(idx) + self.pos_emb(self.positions(t)))
+            raise ValueError(f"{self.config.name}: sequence length {t} exceeds block_size {self.config.block_size}")
+        positions = self.positions(t)
+        x = self.tok_emb(idx) + self.pos_emb(positions)
+        if "seg_emb" in self._modules:  # BERT: the segment of each of these positions
+            x = x + self.seg_emb(self.config.segment_ids(idx)[..., positions])
+        return self.drop(x)
 
     def positions(self, t):
         """The positions whose embeddings are added: all of 0 .. t-1."""
         return np.arange(t)
 
     def head(self, x, targets=None):
-        """Final LayerNorm and lm_head; with targets, also the mean cross-entropy."""
-        logits = self.lm_head(self.ln_f(x))
+        """Final LayerNorm and the output layer; with targets, also the mean cross-entropy."""
+        x = self.ln_f(x)
+        logits = self.mlm_head(x, self.tok_emb.weight) if "mlm_head" in self._modules else self.lm_head(x)
         return logits, (self.loss(logits, targets) if targets is not None else None)
 
     def loss(self, logits, targets):
         return F.cross_entropy(logits, targets)
+
+
+def init_weights(model, n_layer):
+    """GPT-2 init: N(0, 0.02) weights, zero biases, LayerNorms (1, 0), residual projections
+    scaled by 1/√(2·n_layer) so the residual stream's variance does not grow with depth."""
+    rng = default_generator()
+    norms = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
+    for name, p in model.named_parameters():
+        if id(p) in norms:
+            continue
+        if name.endswith("bias"):
+            p.data[...] = 0
+        elif name.endswith("weight"):
+            std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
+            p.data[...] = rng.standard_normal(p.shape) * std
 
 
 class GPT(GPTEnds, nn.Module):
@@ -137,15 +176,7 @@ class GPT(GPTEnds, nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """GPT-2 init: N(0, 0.02) weights, zero biases, residual projections scaled by
-        1/√(2·n_layer) so the residual stream's variance does not grow with depth."""
-        rng = default_generator()
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                p.data[...] = 0
-            elif name.endswith("weight") and ".ln_" not in name and not name.startswith("ln_"):
-                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 0.02
-                p.data[...] = rng.standard_normal(p.shape) * std
+        init_weights(self, self.config.n_layer)
 
     def forward(self, idx, targets=None):
         x = self.embed(idx)

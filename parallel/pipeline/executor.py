@@ -72,6 +72,9 @@ class Pipeline:
     def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, checkpoint=False):
         """Cut the dense `model` into group.size · chunks stages (balance: blocks per
         stage, default by parameter count) and keep this rank's."""
+        if set(model.first_parts) & set(model.last_parts) and group.size > 1:
+            raise ValueError(f"{model.config.name} ties parameters across its first and last stage, whose "
+                             f"gradients must be summed after backward: use HybridGPT(model, Mesh(1, 1, {group.size}))")
         stages = stages_for_rank(model, group.rank, group.size, chunks, balance)
         return cls(stages, group, microbatches, schedule, checkpoint)
 

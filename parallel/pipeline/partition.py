@@ -75,10 +75,9 @@ def balance_by_cost(costs, num_stages, first_extra=0.0, last_extra=0.0):
 
 def balance_by_parameters(model, num_stages):
     """Balance the parameter count (the memory of weights, gradients and optimizer state)."""
-    count = lambda *modules: float(sum(m.num_parameters() for m in modules))
-    return balance_by_cost([count(b) for b in model.blocks], num_stages,
-                           first_extra=count(model.tok_emb, model.pos_emb),
-                           last_extra=count(model.ln_f, model.lm_head))
+    count = lambda names: float(sum(getattr(model, name).num_parameters() for name in names))
+    return balance_by_cost([b.num_parameters() for b in model.blocks], num_stages,
+                           first_extra=count(model.first_parts), last_extra=count(model.last_parts))
 
 
 def balance_by_time(model, num_stages, idx, targets, repeats=3):

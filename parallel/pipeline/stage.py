@@ -4,6 +4,10 @@
     middle stage:  activation ─▶ blocks k..l-1 ─▶ activation
     last stage:    activation ─▶ blocks l..n-1 ─▶ head (ln_f, lm_head, cross-entropy) ─▶ loss
 
+Which parts the ends hold is the model's word (`first_parts`, `last_parts`): a BERT's last
+stage also holds the token embedding its MLM head is tied to; on another rank than the
+first stage that is a copy, whose gradient `tied.TiedGradients` sums with the first's.
+
 A stage is built from the dense GPT's own modules (the parameters are shared, not
 copied) and registers them under the dense model's attribute names, its blocks under
 their GLOBAL index, so `named_parameters()` yields single-device names
@@ -52,11 +56,12 @@ class PipelineStage(GPTEnds, nn.Module):
         self.config = model.config
         self.stage, self.num_stages = stage, num_stages
         self.is_first, self.is_last = stage == 0, stage == num_stages - 1
-        if self.is_first:
-            self.tok_emb, self.pos_emb, self.drop = model.tok_emb, model.pos_emb, model.drop
+        self.first_parts, self.last_parts = model.first_parts, model.last_parts
+        for name in self.first_parts if self.is_first else ():
+            setattr(self, name, getattr(model, name))
         self.blocks = GlobalBlocks({i: model.blocks[i] for i in block_range})
-        if self.is_last:
-            self.ln_f, self.lm_head = model.ln_f, model.lm_head
+        for name in self.last_parts if self.is_last else ():
+            setattr(self, name, getattr(model, name))
 
     def forward(self, x, targets=None):
         """First stage: x is the token indices (B, T); otherwise the activation (B, T, C).
@@ -69,6 +74,14 @@ class PipelineStage(GPTEnds, nn.Module):
             return x
         logits, loss = self.head(x, targets)
         return logits if targets is None else loss
+
+    def tied_names(self):
+        """Names of the parameters this stage holds that another stage holds too: those of the
+        parts both ends hold (BERT's tok_emb), unless this one stage is both ends."""
+        if self.is_first == self.is_last:
+            return []
+        shared = set(self.first_parts) & set(self.last_parts)
+        return [name for name, _ in self.named_parameters() if name.split(".")[0] in shared]
 
     def generators(self):
         """The random generators forward draws from besides minitensor's default one: an

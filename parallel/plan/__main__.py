@@ -9,9 +9,10 @@
 import argparse
 import re
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from minitensor.flags import AT_LEAST_1, parse_checked
+from minitensor.models.bert import BertConfig
 
 from .layout import PRECISIONS, SCHEDULES
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
@@ -37,6 +38,8 @@ def build_parser():
         prog="python -m parallel.plan",
         description="Rank data × tensor × pipeline parallel layouts by estimated step time.")
     parser.add_argument("--config", choices=sorted(CONFIGS), help="named model config")
+    parser.add_argument("--model", choices=["gpt", "bert"], default="gpt",
+                        help="bert: the same blocks, a segment embedding and an MLM head tied to the embedding")
     parser.add_argument("--n-layer", type=int, help="number of transformer blocks")
     parser.add_argument("--d-model", type=int, help="hidden size h")
     parser.add_argument("--n-head", type=int, help="attention heads a")
@@ -68,11 +71,15 @@ def build_parser():
 def model_config(args, parser):
     given = {field: getattr(args, arg) for arg, field in DIMS.items() if getattr(args, arg)}
     if args.config:
-        return replace(get_config(args.config), **given)
-    if len(given) < len(DIMS):
+        config = replace(get_config(args.config), **given)
+    elif len(given) < len(DIMS):
         missing = [f"--{arg.replace('_', '-')}" for arg, f in DIMS.items() if f not in given]
         parser.error(f"give --config or all model dims; missing {' '.join(missing)}")
-    return GPTConfig(**given)
+    else:
+        config = GPTConfig(**given)
+    if args.model == "bert":  # the same sizes as an encoder: param_count knows its ends
+        config = BertConfig(**{k: v for k, v in asdict(config).items() if k != "causal"})
+    return config
 
 
 def resolve_dtype(name, profile):

@@ -12,7 +12,11 @@ rank by rank, so every sharding rule below mirrors the implementation:
   `lm_head` column-parallel over the padded vocab.
 - pipeline parallel: stage 0 holds the embeddings, the last stage holds `ln_f` and
   `lm_head`; blocks are split by a balance list.
+- BERT (a BertConfig; the same blocks): stage 0 also holds the segment embedding; the
+  last stage holds `ln_f` and the MLM head (dense d×d, LayerNorm, a vocab-parallel bias)
+  tied to `tok_emb`, and a copy of the `tok_emb` shard when it is not stage 0.
 """
+from minitensor.models.bert import BertConfig
 from minitensor.models.gpt import GPTConfig  # the planner reasons about the very model it plans for
 
 from ..tensor_parallel.sharding import padded_size  # the very padding rule the model uses
@@ -80,15 +84,20 @@ def param_count(config, tp=1, pp=1, stage=0, balance=None):
         raise ValueError(f"stage={stage} out of range for pp={pp}")
     d, vocab = config.d_model, padded_size(config.vocab_size, tp)
     count = layers[stage] * block_param_count(d, tp)
+    bert = isinstance(config, BertConfig)
     if stage == 0:
         count += vocab // tp * d + config.block_size * d    # tok_emb shard + pos_emb
-    if stage == pp - 1:
+        count += config.n_segments * d if bert else 0       # BERT: seg_emb
+    if stage == pp - 1 and not bert:
         count += 2 * d + vocab // tp * d                    # ln_f + lm_head shard
+    if stage == pp - 1 and bert:
+        count += 2 * d + d * d + 3 * d + vocab // tp        # ln_f + MLM head (dense, LayerNorm, bias shard)
+        count += vocab // tp * d if pp > 1 else 0           # the tied tok_emb's copy
     return count
 
 
 def dense_param_count(config):
-    """All parameters of the single-device model (untied embeddings)."""
+    """All parameters of the single-device model (a GPT's embeddings untied, a BERT's tied)."""
     return param_count(config)
 
 

@@ -6,6 +6,7 @@
     vocab.py        VocabParallelEmbedding, vocab_parallel_cross_entropy (vocabulary padding)
     transformer.py  ParallelSelfAttention, ParallelMLP, ParallelBlock
     random.py       dropout streams: replicated vs sharded regions
+    mlm_head.py     ParallelMLMHead: BERT's output layer on the vocab-parallel tied embedding
     model.py        TensorParallelStage: a dense stage (or the whole GPT) converted part by part
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
@@ -17,6 +18,7 @@ from .mappings import (
     reduce_scatter_to_sequence_parallel_region,
     scatter_to_tensor_model_parallel_region,
 )
+from .mlm_head import ParallelMLMHead
 from .model import TensorParallelGPT, TensorParallelStage
 from .random import TensorParallelRNG
 from .sharding import all_reduce_partial_grads, full_grads, full_state_dict, load_full_state_dict
@@ -30,6 +32,6 @@ __all__ = [
     "gather_from_sequence_parallel_region", "reduce_scatter_to_sequence_parallel_region",
     "TensorParallelGPT", "TensorParallelStage", "TensorParallelRNG",
     "full_state_dict", "full_grads", "load_full_state_dict", "all_reduce_partial_grads",
-    "ParallelSelfAttention", "ParallelMLP", "ParallelBlock",
+    "ParallelSelfAttention", "ParallelMLP", "ParallelBlock", "ParallelMLMHead",
     "VocabParallelEmbedding", "vocab_parallel_cross_entropy",
 ]

@@ -4,6 +4,7 @@
         tok_emb  ─▶ VocabParallelEmbedding        pos_emb, ln_f ─▶ replicated copies
         blocks.i ─▶ ParallelBlock                  lm_head       ─▶ ColumnParallelLinear (padded vocab)
         drop     ─▶ Dropout on the tp rank's replicated (or, under SP, sharded) stream
+        BERT:    seg_emb ─▶ replicated copy        mlm_head      ─▶ ParallelMLMHead (on tok_emb's shard)
 
     TensorParallelGPT(gpt, group, ...)  is the one-stage case: the whole model.
 
@@ -20,6 +21,7 @@ from minitensor.tensor import Tensor
 from ..pipeline.stage import PipelineStage
 from .layers import ColumnParallelLinear
 from .mappings import check_sequence_parallel
+from .mlm_head import ParallelMLMHead
 from .random import TensorParallelRNG
 from .sharding import (
     all_reduce_partial_grads,
@@ -47,12 +49,19 @@ class TensorParallelStage(PipelineStage):
         if self.is_first:  # ... each replaced by its TP form
             self.tok_emb = VocabParallelEmbedding(self.tok_emb, group, sequence_parallel=sp)
             self.pos_emb = replicated_copy(self.pos_emb, partial_grad=sp)  # under SP: this rank's positions only
+            if "seg_emb" in self._modules:
+                self.seg_emb = replicated_copy(self.seg_emb, partial_grad=sp)
             self.drop = dropout_like(self.drop, self.rng, sharded=sp)
         for index in self.blocks.indices():
             self.blocks[index] = ParallelBlock(self.blocks[index], group, sequence_parallel=sp, rng=self.rng)
         if self.is_last:
             self.ln_f = replicated_copy(self.ln_f, partial_grad=sp)
-            self.lm_head = ColumnParallelLinear(self.lm_head, group, sequence_parallel=sp, pad_out_features=True)
+            if "lm_head" in self._modules:
+                self.lm_head = ColumnParallelLinear(self.lm_head, group, sequence_parallel=sp, pad_out_features=True)
+            if "mlm_head" in self._modules:
+                self.mlm_head = ParallelMLMHead(self.mlm_head, group, sequence_parallel=sp)
+                if not self.is_first:  # the tied embedding's copy, split as on the first stage
+                    self.tok_emb = VocabParallelEmbedding(self.tok_emb, group, sequence_parallel=sp)
         self.train(dense.training)
 
     def positions(self, t):
@@ -89,8 +98,8 @@ class TensorParallelStage(PipelineStage):
 
 
 class TensorParallelGPT(TensorParallelStage):
-    """The TP version of a whole dense `minitensor.models.GPT` (every rank passes the same
-    dense GPT): the one-stage case, called as the GPT is, `model(idx, targets) -> (logits, loss)`,
+    """The TP version of a whole dense `minitensor.models.GPT` or `BERT` (every rank passes the same
+    dense model): the one-stage case, called as the GPT is, `model(idx, targets) -> (logits, loss)`,
     with the logits split over the vocabulary (`gather_logits` joins them)."""
 
     def __init__(self, gpt, group, sequence_parallel=False, seed=0):

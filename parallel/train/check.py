@@ -1,4 +1,4 @@
-"""--check: the single-device GPT trained on rank 0 beside the parallel one, step by step.
+"""--check: the single-device GPT (or BERT) trained on rank 0 beside the parallel one, step by step.
 
 Rank 0 builds the dense float64 GPT from the same seed, trains it on the same global
 batches with the same AdamW, and compares the loss and every gradient (gathered by
@@ -10,7 +10,6 @@ so its difference is measured against 1e-6 of the largest gradient instead.
 import numpy as np
 
 import minitensor as mt
-from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
 
 TOLERANCE = 1e-9  # float64
@@ -19,11 +18,11 @@ TOLERANCE = 1e-9  # float64
 class SingleDeviceCheck:
     """Built on every rank (the gathers are collectives); only rank 0 holds the dense model."""
 
-    def __init__(self, config, args, group):
+    def __init__(self, parallel_model, args, group):
         self.group, self.worst, self.model = group, 0.0, None
         if group.rank == 0:
             mt.manual_seed(args.seed)
-            self.model = GPT(config, dtype=np.dtype(args.dtype))
+            self.model = parallel_model.dense_class(parallel_model.config, dtype=np.dtype(args.dtype))
             self.optimizer = AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
     def check_step(self, model, batches, loss, step, lr):

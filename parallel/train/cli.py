@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 8 --dp 2 --tp 2 --pp 2 --microbatches 4
   mpiexec -n 8 python -m mpi4py -m parallel.train --dp 2 --tp 2 --pp 2 --microbatches 4 --schedule 1f1b
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
+  python -m parallel.train --model bert --threads 4 --tp 2 --pp 2 --check   # BERT, the same layers
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
@@ -41,6 +42,8 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Train a small GPT with data × tensor × pipeline parallelism.")
     model = p.add_argument_group("model and data (defaults: minitensor.data.recommended_config())")
+    model.add_argument("--model", choices=["gpt", "bert"], default="gpt",
+                       help="gpt: next-token addition; bert: fill in masked digits (MLM, 15%% / 80-10-10)")
     model.add_argument("--n-layer", type=int, help="transformer blocks")
     model.add_argument("--n-head", type=int, help="attention heads (divisible by --tp)")
     model.add_argument("--d-model", type=int, help="hidden size (divisible by --n-head)")
@@ -134,6 +137,8 @@ def check_args(args, world_size):
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
+    if args.model == "bert" and args.data:
+        raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:

@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 import minitensor as mt
+from minitensor.data.masked_addition import SEP
+from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 
 from ..hybrid import HybridGPT
@@ -26,10 +28,11 @@ def learning_rate(args, step):
 
 
 def build(args, task, group):
-    config = GPTConfig(vocab_size=task.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                       n_head=args.n_head, d_model=args.d_model)
+    sizes = dict(vocab_size=task.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                 n_head=args.n_head, d_model=args.d_model)
+    config = BertConfig(**sizes, sep_id=SEP) if args.model == "bert" else GPTConfig(**sizes)
     mt.manual_seed(args.seed)
-    gpt = GPT(config, dtype=np.dtype(args.dtype))
+    gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, world=group), microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed)
@@ -68,7 +71,7 @@ def train(args):
     group = configure_world(args)
     task = make_task(args)
     model = build(args, task, group)
-    checker = SingleDeviceCheck(model.config, args, group) if args.check else None
+    checker = SingleDeviceCheck(model, args, group) if args.check else None
     first = 1
     if args.resume:
         from ..checkpoint import load_checkpoint  # imported only when used: plain training does without it

@@ -10,7 +10,7 @@ from ..plan.model import dense_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
-GROUPS = ("dp", "tp", "pp")
+GROUPS = ("dp", "tp", "pp", "embedding")  # embedding: the tied copies of a BERT (pipeline.tied)
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 COUNTS = ("calls", "elements", "bytes")
 
@@ -37,10 +37,11 @@ def startup_summary(args, model, group):
     switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
                                       ("activation checkpointing", args.checkpoint_activations),
                                       ("ZeRO-1", args.zero)) if on]
-    task = f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
+    task = (f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
+            + (", masked digits (MLM)" if args.model == "bert" else ""))
     lines = [
         blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
-        f"task: {task}; GPT n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
+        f"task: {task}; {config.name} n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")

@@ -1,4 +1,5 @@
-"""What the job trains on: the built-in addition task, or char-level text from --data.
+"""What the job trains on: the built-in addition task (for --model bert: its masked form),
+or char-level text from --data.
 
 Batch s of a run is a pure function of (seed, s), drawn alike on every rank, so every
 layout sees the same global batches (and the same losses), and a resumed run continues
@@ -8,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minitensor.data import AdditionTask, CharDataset, exact_match, recommended_config
+from minitensor.data import AdditionTask, CharDataset, MaskedAdditionTask, exact_match, recommended_config
 from minitensor.data.addition import greedy_answers
+from minitensor.data.masked_addition import MASK, masked_digit_accuracy
 
 TEXT_DEFAULTS = dict(block_size=64, batch=32, steps=500)
 
@@ -27,14 +29,18 @@ def task_defaults(args):
             raise ValueError("--block-size applies to --data; the addition task's length is 3·digits + 2 "
                              "(set --digits)")
         digits = args.digits if args.digits is not None else defaults["digits"]
-        defaults["block_size"] = AdditionTask(digits).block_size
+        defaults["block_size"] = task_class(args)(digits).block_size
     return defaults
+
+
+def task_class(args):
+    return MaskedAdditionTask if args.model == "bert" else AdditionTask
 
 
 def make_task(args):
     if args.data:
         return CharDataset(read_text(args.data), args.block_size, seed=args.seed)
-    return AdditionTask(digits=args.digits, seed=args.seed)
+    return task_class(args)(digits=args.digits, seed=args.seed)
 
 
 def read_text(path):
@@ -55,6 +61,8 @@ def global_batch(task, args, step, micro=0):
 
 def evaluate(model, task):
     """(name, value) of the held-out metric of a dense model."""
+    if isinstance(task, MaskedAdditionTask):
+        return "held-out masked-digit accuracy", masked_digit_accuracy(model, task, num_problems=1000)
     if isinstance(task, AdditionTask):
         return "held-out exact match", exact_match(model, task, num_problems=1000)
     losses = []
@@ -67,6 +75,8 @@ def evaluate(model, task):
 def sample(model, task, count=4):
     """A few lines of what the dense model writes."""
     model.eval()
+    if isinstance(task, MaskedAdditionTask):
+        return masked_samples(model, task, count)
     if isinstance(task, AdditionTask):
         a, b = task.problems(count, "heldout", np.random.default_rng(1))
         seq = task.sequences(a, b)
@@ -79,3 +89,13 @@ def sample(model, task, count=4):
         return "\n".join(lines)
     start = task.data[:1][None, :]
     return task.decode(model.generate(start, 200, greedy=False, generator=np.random.default_rng(0))[0])
+
+
+def masked_samples(model, task, count):
+    """Held-out problems with their first answer digit masked, and what the model fills in."""
+    seq = task.sequences(*task.problems(count, "heldout", np.random.default_rng(1)))
+    inputs = seq.copy()
+    inputs[:, task.prompt_length] = MASK
+    guess = model(inputs)[0].data[:, task.prompt_length].argmax(axis=-1)
+    return "\n".join(f"{task.decode(row)} -> {task.vocab[g]}  {'ok' if g == s else f'(wrong: {s})'}"
+                     for row, g, s in zip(inputs, guess, seq[:, task.prompt_length]))

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 
 import parallel
 from minitensor import nn
+from minitensor.models.bert import BertConfig
 from minitensor.models.gpt import GPTConfig
 from parallel import HybridGPT, Mesh, run_threads
 
@@ -204,3 +205,19 @@ def test_each_stage_seeds_its_dropout_streams_with_the_run_seed_plus_its_index()
         assert not np.array_equal(drawn[0, stage][1], drawn[1, stage][1])
         for other in range(stage):     # and no two stages draw alike
             assert not np.array_equal(drawn[0, stage][0], drawn[0, other][0])
+
+
+# --- BERT: the same layers, other ends (a tied embedding, segments, MLM labels) ----------
+
+@settings(max_examples=15)  # the GPT's layouts above cover the blocks; these the ends
+@given(drawn=hybrid_layouts(), seed=seeds)
+def test_bert_in_any_layout_equals_one_device(drawn, seed):
+    check_layout(drawn["layout"], BertConfig(**drawn["config"], sep_id=1), drawn["micro_batch"], drawn["seq"],
+                 drawn["accumulate"], seed)
+
+
+@pytest.mark.parametrize("spec", [layout(tp=2, pp=2, microbatches=2), layout(dp=2, pp=3, microbatches=3, zero=True),
+                                  layout(tp=2, pp=2, microbatches=2, sequence_parallel=True)])
+def test_bert_with_its_embedding_and_head_on_different_stages_equals_one_device(spec):
+    config = tiny_config(spec, config_class=BertConfig, vocab_size=9)
+    check_layout(spec, config, micro_batch=2, seq=4, accumulate=1, seed=7, steps=2)

@@ -35,6 +35,18 @@ def test_the_main_job_under_mpiexec_prints_its_report_and_writes_the_trace(tmp_p
     assert {e["pid"] for e in events if e["ph"] == "X"} == set(range(8))
 
 
+def test_bert_under_mpiexec_passes_the_single_device_check():
+    # 4 real ranks: tp=2 shards the vocabulary of the tied embedding, pp=2 puts its two uses on
+    # different ranks (summed over the embedding group), and the masking is the same on every rank.
+    result = run_mpi(4, ["-m", "parallel.train", "--model", "bert", "--tp", "2", "--pp", "2", "--microbatches", "2",
+                         "--steps", "3", "--check", "3", *TINY], timeout=120)
+    out = result.stdout
+    worst = re.search(r"^check: largest relative difference to one device over 3 step\(s\): (\S+) ", out, re.M)
+    assert worst and float(worst.group(1)) <= 1e-9
+    assert re.search(r"^  embedding all_reduce +1 calls", out, re.M)
+    assert re.search(r"^held-out masked-digit accuracy: \d\.\d{4}$", out, re.M)
+
+
 def test_a_layout_that_does_not_fit_the_world_is_an_error_on_every_rank_printed_once():
     # a hang fails in run_mpi's timeout; every rank finds the error, rank 0 prints it and ends the job
     result = run_mpi(8, ["-m", "parallel.train", "--dp", "2", "--tp", "2", *TINY], timeout=60, check=False)

@@ -12,7 +12,9 @@ import pytest
 
 import parallel.train.loop as loop
 from minitensor.data import recommended_config
+from minitensor.models import BERT, BertConfig
 from parallel.launch import BLAS_THREAD_VARS
+from parallel.plan import param_count
 from parallel.train import build_parser, main
 from parallel.train.cli import fill_defaults
 
@@ -74,6 +76,24 @@ def test_check_on_eight_threads_prints_the_report_and_passes(capsys, tmp_path):
     assert {e["pid"] for e in events if e["ph"] == "X"} == set(range(8))
 
 
+def test_bert_on_eight_threads_passes_the_check_and_sums_its_tied_embedding(capsys):
+    result = main(flags("--model", "bert", "--threads", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                        "--microbatches", "2", "--check"))
+    out = capsys.readouterr().out
+    assert result["check"] <= 1e-9 and 0 <= result["metric"] <= 1
+    assert "masked digits (MLM); BERT n_layer=2" in out
+    config = BertConfig(vocab_size=13, block_size=9, n_layer=2, n_head=4, d_model=16, sep_id=11)
+    assert number_in(r"single device: ([\d,]+)", out) == BERT(config).num_parameters() == param_count(config)
+    assert re.search(r"^held-out masked-digit accuracy: \d\.\d{4}$", out, re.M)
+    assert re.search(r"^sample:\n\d\d\+\d\d=_\d\d -> \d", out, re.M)  # the first sum digit masked
+    # The tied embedding's copies: one all-reduce per step of the (padded 14/2 = 7, 16) shard, in float64.
+    assert re.search(rf"^  embedding all_reduce +1 calls +{7 * 16 * 8 / 1e6:.3f} MB", out, re.M)
+
+
+def number_in(pattern, text):
+    return int(re.search(pattern, text).group(1).replace(",", ""))
+
+
 def test_the_communication_table_leaves_out_groups_of_one_rank(capsys):
     main(flags("--threads", "2", "--dp", "2"))
     out = capsys.readouterr().out
@@ -108,6 +128,7 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     (["--chunks", "2"], "--chunks 2 needs --schedule interleaved"),
     (["--digits", "12"], "AdditionTask: digits must be in [1, 9], got 12"),
     (["--data", "/no/such/file.txt"], "--data /no/such/file.txt: No such file or directory"),
+    (["--model", "bert", "--data", "x.txt"], "--model bert trains on the masked addition task"),
 ])
 def test_bad_flags_are_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -141,11 +162,14 @@ def test_char_level_text_from_a_file(tmp_path, capsys):
     assert result["losses"][1] != result["losses"][0]  # it trained
 
 
-def test_resume_in_another_layout_continues_the_same_losses(tmp_path):
-    whole = main(flags("--dtype", "float64", "--save", str(tmp_path), "--save-every", "2", steps=4))["losses"]
+@pytest.mark.parametrize("model, saved_in", [("gpt", []), ("bert", ["--threads", "2", "--pp", "2", "--microbatches", "2"])])
+def test_resume_in_another_layout_continues_the_same_losses(tmp_path, model, saved_in):
+    # bert: saved with its tied embedding on both ends of a pipeline, resumed with it vocab-parallel
+    whole = main(flags("--model", model, "--dtype", "float64", "--save", str(tmp_path), "--save-every", "2",
+                       *saved_in, steps=4))["losses"]
     (after_two,) = tmp_path.glob("step_*2")  # the checkpoint after step 2 (the one after step 4 is newer)
-    resumed = main(flags("--dtype", "float64", "--resume", str(after_two), "--threads", "4", "--tp", "2", "--pp", "2",
-                         steps=4))["losses"]
+    resumed = main(flags("--model", model, "--dtype", "float64", "--resume", str(after_two), "--threads", "4",
+                         "--tp", "2", "--pp", "2", steps=4))["losses"]
     np.testing.assert_allclose(resumed, whole[2:], rtol=1e-9)
 
 

@@ -21,8 +21,8 @@ STARTED = ".exercises-started"  # in the workspace: the chapters `start` has stu
 
 
 def chapter_number(text):
-    if not text.isdigit() or not 1 <= int(text) <= 10:
-        raise argparse.ArgumentTypeError(f"chapter {text!r} must be a number from 1 to 10")
+    if not text.isdigit() or not 1 <= int(text) <= 99:
+        raise argparse.ArgumentTypeError(f"chapter {text!r} must be a number from 1 to 99")
     return f"{int(text):02d}"
 
 
@@ -120,7 +120,7 @@ def main(argv=None):
     for name, action, chapter in (("list", list_exercises, "?"), ("start", start, None), ("check", check, None),
                                   ("diff", diff, None), ("reset", reset, None)):
         command = commands.add_parser(name)
-        command.add_argument("chapter", type=chapter_number, nargs=chapter, help="chapter number, 1 to 10")
+        command.add_argument("chapter", type=chapter_number, nargs=chapter, help="chapter number, 1 to 99")
         command.set_defaults(run=action)
         command.add_argument("--workspace", type=Path, default=Path("workspace").resolve(),
                              help="the workspace directory (default: ./workspace)")

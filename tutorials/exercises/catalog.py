@@ -53,3 +53,16 @@ TESTS = {
     "10.2": [f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches",
              f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches_are_the_schedule_checkers_peaks"],
 }
+
+# --- chapter 16: smaller models (BERT's masking, pruning, distillation) ---
+BERT_TESTS, PRUNE, DISTILL = "tests/minitensor/test_bert.py", "tests/minitensor/test_prune.py", "tests/minitensor/test_distill.py"
+TESTS.update({
+    "16.1": [f"{BERT_TESTS}::test_every_row_gets_the_same_count_of_labels_at_maskable_positions_only",
+             f"{BERT_TESTS}::test_chosen_tokens_are_80_percent_mask_10_random_10_unchanged"],
+    "16.2": [f"{PRUNE}::test_magnitude_pruning_reaches_the_requested_sparsity_exactly",
+             f"{PRUNE}::test_global_scope_prunes_the_smallest_weights_of_all_matrices_together"],
+    "16.3": [f"{PRUNE}::test_the_physically_pruned_model_equals_the_masked_one[heads-2-2-gpt]",
+             f"{PRUNE}::test_the_physically_pruned_model_equals_the_masked_one[heads-1-1-bert]"],
+    "16.4": [f"{DISTILL}::test_the_loss_is_the_formula",
+             f"{DISTILL}::test_limits_alpha_one_is_the_cross_entropy_and_a_perfect_student_has_no_soft_loss"],
+})

@@ -5,11 +5,14 @@ A run makes `steps` optimizer steps; each accumulates `accumulate` global batche
 hybrid run gathers, on every rank, the global loss of every batch, the single-device-named
 gradients of every step (after the sync) and the parameters after every AdamW step.
 The reference trains the dense float64 GPT on one device: the mean loss of the
-accumulated batches, then one AdamW step.
+accumulated batches, then one AdamW step. A BertConfig makes the model a BERT and the
+batches MLM batches (data.mlm's rule: masked inputs, labels -100 outside the chosen positions).
 """
 import numpy as np
 
 import minitensor as mt
+from minitensor.data.mlm import mask_tokens
+from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import HybridGPT, Mesh
@@ -22,13 +25,17 @@ LR, WEIGHT_DECAY = 1e-2, 0.1
 def make_batches(seed, config, batch, seq, count):
     rng = np.random.default_rng(seed)
     shape = (batch, seq)
+    if isinstance(config, BertConfig):  # mask id: the last token; 30% of each row labelled
+        return [mask_tokens(rng.integers(0, config.vocab_size - 1, shape), rng, config.vocab_size - 1,
+                            np.ones(shape, bool), np.arange(config.vocab_size - 1), mask_prob=0.3)
+                for _ in range(count)]
     return [(rng.integers(0, config.vocab_size, shape), rng.integers(0, config.vocab_size, shape))
             for _ in range(count)]
 
 
 def make_model(config, seed):
     mt.manual_seed(seed)
-    return GPT(config).double()
+    return (BERT if isinstance(config, BertConfig) else GPT)(config).double()
 
 
 def run_single(config, seed, batches, accumulate):
@@ -75,8 +82,8 @@ def check_against_single(history, ref):
             assert_close(params[name], ref_params[name], f"{name} after step {step}")
 
 
-def tiny_config(layout, n_layer=None, vocab_size=11, heads_per_rank=1, head_dim=4):
-    """A small GPT that fits the layout: tp divides the heads, every stage gets a block."""
+def tiny_config(layout, n_layer=None, vocab_size=11, heads_per_rank=1, head_dim=4, config_class=GPTConfig):
+    """A small GPT (or BERT) that fits the layout: tp divides the heads, every stage gets a block."""
     n_head = layout["tp"] * heads_per_rank
-    return GPTConfig(vocab_size=vocab_size, block_size=8, n_layer=n_layer or layout["pp"] * layout.get("chunks", 1),
+    return config_class(vocab_size=vocab_size, block_size=8, n_layer=n_layer or layout["pp"] * layout.get("chunks", 1),
                      n_head=n_head, d_model=n_head * head_dim)

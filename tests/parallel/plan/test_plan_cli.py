@@ -38,6 +38,15 @@ def test_dims_given_directly_and_top():
     assert len(table) == 1 + 3
 
 
+def test_bert_is_planned_with_its_own_parameter_count():
+    from minitensor.models.bert import BERT, BertConfig
+
+    done = run("--config", "small", "--model", "bert", "--devices", "2", "--top", "2")
+    assert done.returncode == 0, done.stderr
+    config = BertConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128)
+    assert f"{BERT(config).num_parameters():,} parameters" in done.stdout and "BertConfig(" in done.stdout
+
+
 def test_bad_input_names_the_problem():
     done = run("--n-layer", "2", "--d-model", "64")
     assert done.returncode == 2 and "missing --n-head --vocab --seq" in done.stderr

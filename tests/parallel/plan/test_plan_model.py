@@ -1,8 +1,11 @@
-"""Exact parameter counts of the planned GPT, dense and sharded by tp × pp."""
+"""Exact parameter counts of the planned GPT (and BERT), dense and sharded by tp × pp."""
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import minitensor as mt
+from minitensor.models.bert import BERT, BertConfig
+from parallel import HybridGPT, Mesh, run_threads
 from parallel.plan.model import (
     GPTConfig,
     balanced_partition,
@@ -100,3 +103,19 @@ def test_bad_dims_are_rejected_with_the_values():
         GPTConfig(vocab_size=8, block_size=8, n_layer=0, n_head=1, d_model=8)
     with pytest.raises(ValueError, match="unknown config 'huge'"):
         get_config("huge")
+
+
+@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (1, 3), (2, 2)])
+def test_bert_counts_are_the_real_ranks_parameters_with_the_tied_copy(tp, pp):
+    # The planner's rule, against the parameters each rank of a real 3D BERT holds.
+    config = BertConfig(vocab_size=9, block_size=6, n_layer=3, n_head=2, d_model=8, sep_id=1)
+    balance = balanced_partition(config.n_layer, pp)
+
+    def counts():
+        mt.manual_seed(0)
+        model = HybridGPT(BERT(config), Mesh(1, tp, pp), balance=balance)
+        return model.mesh.pp_rank, model.num_parameters()
+
+    for stage, count in run_threads(tp * pp, counts, timeout=60):
+        assert count == param_count(config, tp, pp, stage, balance)
+    assert dense_param_count(config) == BERT(config).num_parameters()
