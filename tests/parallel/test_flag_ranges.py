@@ -4,7 +4,7 @@ import pytest
 
 import minitensor.bench
 import parallel.bench.allreduce
-import parallel.bench.compress
+import parallel.bench.prune
 import parallel.bench.dp
 import parallel.bench.pp
 import parallel.bench.tp
@@ -23,7 +23,7 @@ PLAN = ["--config", "medium", "--devices", "4"]
     (parallel.bench.dp.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (parallel.bench.pp.main, ["--microbatches", "0"], "--microbatches=0 must be ≥ 1"),
     (parallel.bench.tp.main, ["--warmup", "-1"], "--warmup=-1 must be ≥ 0"),
-    (parallel.bench.compress.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
+    (parallel.bench.prune.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (compress_cli.main, ["prune", "--sparsity", "0.5", "1.0"], "--sparsity=1.0 must be in [0, 1)"),
     (compress_cli.main, ["prune", "--finetune-steps", "0"], "--finetune-steps=0 must be ≥ 1"),
     (compress_cli.main, ["distill", "--alpha", "1.5"], "--alpha=1.5 must be in [0, 1]"),

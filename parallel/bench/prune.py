@@ -1,7 +1,7 @@
 """What pruning buys in time: a training step of the dense GPT, of the same GPT with 90% of its
 block weights zeroed (unstructured), and with half its heads and MLP neurons removed (structured).
 
-    python -m parallel.bench compress [--steps 7] [--warmup 2]
+    python -m parallel.bench prune [--steps 7] [--warmup 2]
 
 The model: GPT with d_model 128, 2 layers, 8 heads, block 64, vocab 64, float32, batch 8,
 one process, the three models taking turns step by step (so a change of the machine's load
@@ -66,7 +66,7 @@ def median_seconds(named_models, steps, warmup):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench compress", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m parallel.bench prune", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=7, help="timed steps per model (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
