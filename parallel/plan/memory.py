@@ -19,7 +19,7 @@ from .model import param_count, stage_layers
 def _coords(rank_coords):
     if isinstance(rank_coords, dict):
         return rank_coords.get("dp", 0), rank_coords.get("tp", 0), rank_coords.get("pp", 0)
-    dp_rank, tp_rank, pp_rank = rank_coords
+    dp_rank, tp_rank, pp_rank = tuple(rank_coords)[:3]  # Mesh.coords also holds cp_rank, which changes no parameter
     return dp_rank, tp_rank, pp_rank
 
 

@@ -30,9 +30,10 @@ def build(args, task, group):
                        n_head=args.n_head, d_model=args.d_model)
     mt.manual_seed(args.seed)
     gpt = GPT(config, dtype=np.dtype(args.dtype))
-    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, world=group), microbatches=args.microbatches,
+    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
-                      checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed)
+                      checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,
+                      cp_layout=args.cp_layout)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
     return model
 

@@ -10,7 +10,7 @@ from ..plan.model import dense_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
-GROUPS = ("dp", "tp", "pp")
+GROUPS = ("dp", "tp", "pp", "cp", "dp_cp")  # cp and dp_cp: under context parallelism only
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 COUNTS = ("calls", "elements", "bytes")
 
@@ -42,7 +42,8 @@ def startup_summary(args, model, group):
         blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
         f"task: {task}; GPT n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
-        f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
+        f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}"
+        + (f" cp={mesh.cp} ({args.cp_layout} ring attention)" if mesh.cp > 1 else "") + f", schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")
         + (", " + ", ".join(switches) if switches else ""),
         f"global batch {args.batch}" + (f" x {args.accumulate} accumulated" if args.accumulate > 1 else "")

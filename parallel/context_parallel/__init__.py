@@ -1,0 +1,13 @@
+"""Context parallelism: the sequence split across the cp group, attention as a ring.
+
+    layout.py           which tokens each rank holds (zigzag, contiguous); the work and
+                        communication formulas
+    ring_attention.py   RingAttention: K/V around the ring, the log-sum-exp merge, its backward
+    context.py          ContextParallel: the group and layout as the model uses them
+"""
+from .context import ContextParallel
+from .layout import LAYOUTS, attention_work, check_sequence_length, ring_elements, token_positions
+from .ring_attention import RingAttention, block_attention, merge_partial
+
+__all__ = ["ContextParallel", "RingAttention", "LAYOUTS", "attention_work", "check_sequence_length",
+           "ring_elements", "token_positions", "block_attention", "merge_partial"]
