@@ -121,7 +121,8 @@ def ring_attention_cases(draw):
 
 @st.composite
 def context_parallel_layouts(draw, max_world=8):
-    """A 4D layout (HybridGPT's arguments with cp ∈ 1..4, tp and dp drawn, pp ≤ 2, world ≤ max_world),
+    """A 4D layout (HybridGPT's arguments with cp ∈ 1..4, tp and dp drawn, pp ≤ 2, world ≤ max_world,
+    any one-chunk schedule: ring attention also runs inside ZB's B half and under recomputation),
     a small GPT config (dict, causal or not) and a sequence length the cp layout can cut."""
     cp, cp_layout = draw(cp_sizes), draw(cp_layouts)
     tp = draw(st.sampled_from([t for t in (1, 2) if t * cp <= max_world]))
@@ -131,7 +132,8 @@ def context_parallel_layouts(draw, max_world=8):
     chunks = 2 * cp if cp_layout == "zigzag" else cp
     seq = chunks * tp * draw(st.integers(1, 2)) if sequence_parallel else chunks * draw(st.integers(1, 2))
     layout = dict(dp=dp, tp=tp, pp=pp, cp=cp, cp_layout=cp_layout, microbatches=draw(st.integers(1, 2)),
-                  schedule="1f1b", chunks=1, sequence_parallel=sequence_parallel,
+                  schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"])), chunks=1,
+                  sequence_parallel=sequence_parallel,
                   checkpoint_activations=draw(st.booleans()), zero=draw(st.booleans()))
     n_head = tp * draw(st.integers(1, 2))
     config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
