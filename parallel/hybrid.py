@@ -46,17 +46,19 @@ class HybridGPT(ParallelModel):
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations,
     zero (ZeRO-1 optimizer over dp × cp): switches; seed: the TP dropout streams;
-    cp_layout: "zigzag" or "contiguous", the tokens of each cp rank (with mesh.cp > 1).
+    cp_layout: "zigzag" or "contiguous", the tokens of each cp rank (with mesh.cp > 1);
+    cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads per tp rank divisible by cp).
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0, cp_layout="zigzag"):
+                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0, cp_layout="zigzag",
+                 cp_comm_type="p2p"):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
         self.config, self.mesh, self.zero = config, mesh, zero
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
-        self.context = ContextParallel(mesh.cp_group, cp_layout) if mesh.cp > 1 else None
+        self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
@@ -74,7 +76,8 @@ class HybridGPT(ParallelModel):
         self.synced = False
 
     def layout(self):
-        cp = {"cp": self.mesh.cp, "cp_layout": self.context.layout} if self.context is not None else {}
+        cp = ({"cp": self.mesh.cp, "cp_layout": self.context.layout, "cp_comm_type": self.context.comm_type}
+              if self.context is not None else {})
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
                 "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,

@@ -1,10 +1,11 @@
 """`ContextParallel`: the sequence split over the cp group, as the model sees it.
 
-    ContextParallel(cp_group, layout="zigzag")
+    ContextParallel(cp_group, layout="zigzag", comm_type="p2p")
         shard_sequence(idx)     this rank's tokens of a (B, T) batch (targets alike)
         positions(t)            the global positions of this rank's t tokens (its position
                                 embeddings follow the tokens it holds)
-        attend(q, k, v, ...)    ring attention over the group (ring_attention.py)
+        attend(q, k, v, ...)    attention over the group: the ring (comm_type "p2p",
+                                ring_attention.py) or two all-to-alls ("a2a", ulysses.py)
         loss_weight(targets)    what this rank's mean loss is scaled by (below)
         work                    unmasked (query, key) pairs this rank computed (× batch × heads)
 
@@ -24,16 +25,22 @@ from minitensor.models.gpt import merge_heads, split_heads
 
 from .layout import check_layout, check_sequence_length, rank_chunks, token_positions
 from .ring_attention import RingAttention
+from .ulysses import ulysses_attention
+
+COMM_TYPES = ("p2p", "a2a")  # Megatron-LM's cp_comm_type names: the ring, Ulysses
 
 
 class ContextParallel:
-    def __init__(self, group, layout="zigzag"):
+    def __init__(self, group, layout="zigzag", comm_type="p2p"):
         check_layout(layout)
-        self.group, self.layout = group, layout
+        if comm_type not in COMM_TYPES:
+            raise ValueError(f"context parallel comm_type {comm_type!r} is not one of {COMM_TYPES}")
+        self.group, self.layout, self.comm_type = group, layout, comm_type
         self.work = 0
 
     def __repr__(self):
-        return f"ContextParallel(cp={self.group.size}, layout={self.layout!r}, rank {self.group.rank})"
+        return (f"ContextParallel(cp={self.group.size}, layout={self.layout!r}, comm_type={self.comm_type!r}, "
+                f"rank {self.group.rank})")
 
     def check_sequence_length(self, seq_len):
         check_sequence_length(seq_len, self.group.size, self.layout)
@@ -54,11 +61,18 @@ class ContextParallel:
         """The global positions of this rank's `t` tokens (of a sequence of t·cp)."""
         return self.indices(t * self.group.size)
 
+    def check_heads(self, n_head):
+        """Ulysses splits the heads over the group: a ValueError naming both numbers unless it can."""
+        if self.comm_type == "a2a" and n_head % self.group.size:
+            raise ValueError(f"Ulysses context parallelism (comm_type 'a2a') needs the heads per tp rank, "
+                             f"{n_head}, divisible by cp = {self.group.size} (cp ≤ heads per tp rank)")
+
     def attend(self, q, k, v, n_head, causal):
-        """Multi-head ring attention on this rank's projected q, k, v (B, T/cp, n_head·d)."""
-        heads = RingAttention.apply(split_heads(q, n_head), split_heads(k, n_head), split_heads(v, n_head),
-                                    context=self, causal=causal)
-        return merge_heads(heads)
+        """Multi-head attention over the group on this rank's projected q, k, v (B, T/cp, n_head·d)."""
+        q, k, v = (split_heads(t, n_head) for t in (q, k, v))
+        if self.comm_type == "a2a":
+            return merge_heads(ulysses_attention(q, k, v, self, causal))
+        return merge_heads(RingAttention.apply(q, k, v, context=self, causal=causal))
 
     def loss_weight(self, targets, ignore_index=IGNORE_INDEX):
         """cp·n / (n summed over the cp group), n the counted targets of this rank's micro-batch

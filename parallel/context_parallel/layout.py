@@ -86,3 +86,11 @@ def ring_elements(batch, seq_len, hidden, cp):
     block = batch * (seq_len // cp) * hidden
     grads_home = 2 * cp * block if cp > 1 else 0
     return {"forward": 2 * (cp - 1) * block, "backward": 2 * (cp - 1) * block + grads_home}
+
+
+def all_to_all_elements(batch, seq_len, hidden, cp):
+    """Elements one rank sends per attention layer under Ulysses (ulysses.py): q, k, v out and
+    the output back, 4 all-to-alls forward and their 4 conjugates backward, each sending
+    (cp−1)/cp of a batch·seq_len/cp·hidden block."""
+    piece = batch * (seq_len // cp) * hidden // cp
+    return {"forward": 4 * (cp - 1) * piece, "backward": 4 * (cp - 1) * piece}

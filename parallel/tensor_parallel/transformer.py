@@ -36,6 +36,8 @@ class ParallelSelfAttention(TensorParallelModule):
         if context is not None and dense.dropout:
             raise ValueError(f"attention dropout {dense.dropout} under context parallelism "
                              f"(cp={context.group.size}): ring attention has no dropout; use dropout 0")
+        if context is not None:
+            context.check_heads(self.local_heads)
         self.group, self.sequence_parallel, self.context = group, sequence_parallel, context
         self.causal, self.dropout = dense.causal, dense.dropout
         self.rng = rng if rng is not None else TensorParallelRNG(0, group.rank)

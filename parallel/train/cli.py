@@ -12,6 +12,7 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
+from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..context_parallel import check_sequence_length
 from ..pipeline.schedules import SCHEDULES
@@ -72,6 +73,8 @@ def build_parser():
     layout.add_argument("--cp", type=int, default=1, help="context-parallel ranks: the sequence split, ring attention")
     layout.add_argument("--cp-layout", choices=CP_LAYOUTS, default="zigzag",
                         help="tokens of each cp rank: zigzag (balanced causal work) or contiguous")
+    layout.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, default="p2p",
+                        help="cp attention: p2p = ring attention, a2a = Ulysses all-to-alls (heads/tp divisible by cp)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
@@ -135,6 +138,9 @@ def check_args(args, world_size):
         except ValueError as error:
             raise ValueError(f"--cp {args.cp} --cp-layout {args.cp_layout}: {error} "
                              f"(addition: the length is 3·digits + 2; try --digits 2)") from None
+        if args.cp_comm_type == "a2a" and args.n_head // args.tp % args.cp:
+            raise ValueError(f"--cp-comm-type a2a needs the heads per tp rank, --n-head {args.n_head} / --tp "
+                             f"{args.tp} = {args.n_head // args.tp}, divisible by --cp {args.cp}")
         if args.sequence_parallel and args.block_size // args.cp % args.tp:
             raise ValueError(f"--sequence-parallel with --cp {args.cp} needs the sequence length {args.block_size} "
                              f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")

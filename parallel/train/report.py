@@ -43,7 +43,7 @@ def startup_summary(args, model, group):
         f"task: {task}; GPT n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}"
-        + (f" cp={mesh.cp} ({args.cp_layout} ring attention)" if mesh.cp > 1 else "") + f", schedule {args.schedule} with "
+        + context_parallel_text(args, mesh) + f", schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")
         + (", " + ", ".join(switches) if switches else ""),
         f"global batch {args.batch}" + (f" x {args.accumulate} accumulated" if args.accumulate > 1 else "")
@@ -53,6 +53,14 @@ def startup_summary(args, model, group):
         + f"  (single device: {dense_param_count(config):,})",
     ]
     return "\n".join(lines)
+
+
+def context_parallel_text(args, mesh):
+    """' cp=2 (zigzag, ring attention)' for the layout line; '' without context parallelism."""
+    if mesh.cp == 1:
+        return ""
+    attention = "Ulysses all-to-all" if args.cp_comm_type == "a2a" else "ring attention"
+    return f" cp={mesh.cp} ({args.cp_layout}, {attention})"
 
 
 def progress_line(step, steps, loss, tokens, elapsed, done):

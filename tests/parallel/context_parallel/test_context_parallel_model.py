@@ -46,9 +46,10 @@ def layout(dp=1, tp=1, pp=1, cp=2, cp_layout="zigzag", microbatches=1, sequence_
     layout(cp=4, cp_layout="contiguous"),
     layout(tp=2, cp=2, sequence_parallel=True, microbatches=2),
     layout(dp=2, tp=2, cp=2, zero=True),
-], ids=["cp4-contiguous", "cp2-tp2-sp", "cp2-tp2-dp2-zero"])
+    dict(layout(tp=2, cp=2, sequence_parallel=True), cp_comm_type="a2a"),
+], ids=["cp4-contiguous", "cp2-tp2-sp", "cp2-tp2-dp2-zero", "ulysses-cp2-tp2-sp"])
 def test_fixed_4d_layouts_equal_one_device(spec):
-    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2 * spec["tp"], d_model=8 * spec["tp"])
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4 * spec["tp"], d_model=8 * spec["tp"])
     check_layout(spec, config, micro_batch=1, seq=8, seed=7)
 
 

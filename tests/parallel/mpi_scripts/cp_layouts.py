@@ -1,4 +1,5 @@
-"""Under mpiexec -n 4 or -n 8: ring attention and `parallel.train --cp N --check` on real ranks.
+"""Under mpiexec -n 4 or -n 8: ring attention and `parallel.train --cp N --check` on real ranks
+(at -n 4 also Ulysses, --cp-comm-type a2a).
 
 First, ring attention alone over the whole world as one cp group, for both layouts, causal
 or not: each rank's output and q, k, v gradients must equal its slice of full attention to
@@ -21,7 +22,8 @@ TINY = ["--steps", "2", "--check", "2", "--d-model", "16", "--n-head", "4", "--n
         "--digits", "2", "--log-every", "1"]
 LAYOUTS = {  # by world size: (dp, tp, pp, cp), extra switches
     4: [((1, 1, 1, 4), ["--cp-layout", "zigzag"]),
-        ((1, 2, 1, 2), ["--cp-layout", "contiguous", "--sequence-parallel", "--microbatches", "2"])],
+        ((1, 2, 1, 2), ["--cp-layout", "contiguous", "--sequence-parallel", "--microbatches", "2"]),
+        ((1, 1, 1, 4), ["--cp-comm-type", "a2a"])],
     8: [((2, 2, 1, 2), ["--microbatches", "2", "--zero"])],
 }
 
