@@ -17,7 +17,8 @@ per-token term divides by cp. The attention probabilities (the 5·a·s/h term) a
 at all: ring attention recomputes them in backward from the log-sum-exp, and keeps its
 q, k, v and output instead (8/t at 2 bytes per element). What does NOT divide by cp: the
 parameters and their gradients (replicated on every cp rank, as on every dp rank); the
-optimizer states unless ZeRO-1 shards them, over dp·cp ranks.
+optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring's figure;
+Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
 """
 from .layout import get_precision
 from .model import param_count, stage_layers
