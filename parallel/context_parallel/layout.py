@@ -61,7 +61,7 @@ def causal_relation(q_chunk, k_chunk):
     return "past" if q_chunk > k_chunk else "diagonal" if q_chunk == k_chunk else "future"
 
 
-def pairs(relation, size):
+def unmasked_pairs(relation, size):
     """Unmasked (query, key) pairs of two chunks of `size` tokens."""
     return {"past": size * size, "diagonal": size * (size + 1) // 2, "future": 0, "full": size * size}[relation]
 
@@ -74,7 +74,7 @@ def attention_work(seq_len, rank, cp, layout, causal=True):
     size = seq_len // n
     if not causal:
         return (seq_len // cp) * seq_len
-    return sum(pairs(causal_relation(q, k), size) for q in rank_chunks(rank, cp, layout) for k in range(n))
+    return sum(unmasked_pairs(causal_relation(q, k), size) for q in rank_chunks(rank, cp, layout) for k in range(n))
 
 
 def ring_elements(batch, seq_len, hidden, cp):

@@ -33,7 +33,7 @@ import numpy as np
 
 from minitensor.autograd import Function
 
-from .layout import causal_relation, pairs
+from .layout import causal_relation, unmasked_pairs
 
 FORWARD_TAG, BACKWARD_TAG, GRAD_TAG = 0, 2, 4  # each shift uses tag, tag + 1 (K and V, or dK and dV)
 
@@ -105,7 +105,7 @@ def chunk_pairs(q_chunks, k_chunks, size, causal):
             relation = causal_relation(qc, kc) if causal else "full"
             if relation != "future":
                 yield (slice(i * size, (i + 1) * size), slice(j * size, (j + 1) * size),
-                       relation == "diagonal", pairs(relation, size))
+                       relation == "diagonal", unmasked_pairs(relation, size))
 
 
 class RingAttention(Function):
@@ -119,9 +119,9 @@ class RingAttention(Function):
         group = context.group
         q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
         out, lse = np.zeros_like(q), np.full(q.shape[:-1], -np.inf, dtype=q.dtype)
-        for step, kv in self.ring(group, k, v, FORWARD_TAG):
-            for rows, cols, diagonal, n in self.pairs(group, step, q):
-                block_out, block_lse = block_attention(q[..., rows, :], kv[0][..., cols, :], kv[1][..., cols, :],
+        for step, (k_block, v_block) in self.ring(group, k, v, FORWARD_TAG):
+            for rows, cols, diagonal, n in self.block_pairs(group, step, q):
+                block_out, block_lse = block_attention(q[..., rows, :], k_block[..., cols, :], v_block[..., cols, :],
                                                        self.scale(q), diagonal)
                 merge_partial(out[..., rows, :], lse[..., rows], block_out, block_lse)
                 context.count_work(q.shape[0] * q.shape[1] * n)
@@ -133,11 +133,11 @@ class RingAttention(Function):
         group, dout = self.context.group, np.ascontiguousarray(grad)
         delta = np.vecdot(dout, out)
         dq, dk_dv = np.zeros_like(q), None
-        for step, kv in self.ring(group, k, v, BACKWARD_TAG):
-            dk, dv = np.zeros_like(k), np.zeros_like(v)
-            for rows, cols, diagonal, _ in self.pairs(group, step, q):
+        for step, (k_block, v_block) in self.ring(group, k, v, BACKWARD_TAG):
+            dk, dv = np.zeros_like(k), np.zeros_like(v)  # this step's block's share from this rank's queries
+            for rows, cols, diagonal, _ in self.block_pairs(group, step, q):
                 dq_part, dk_part, dv_part = block_attention_backward(
-                    q[..., rows, :], kv[0][..., cols, :], kv[1][..., cols, :], dout[..., rows, :],
+                    q[..., rows, :], k_block[..., cols, :], v_block[..., cols, :], dout[..., rows, :],
                     lse[..., rows], delta[..., rows], self.scale(q), diagonal)
                 dq[..., rows, :] += dq_part
                 dk[..., cols, :] += dk_part
@@ -164,7 +164,7 @@ class RingAttention(Function):
             if shift is not None:
                 k, v = shift.wait()
 
-    def pairs(self, group, step, q):
+    def block_pairs(self, group, step, q):
         """The chunk pairs of this rank's queries and the block that arrived at `step`."""
         context = self.context
         source = (group.rank - step) % group.size
