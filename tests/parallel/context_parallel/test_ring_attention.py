@@ -82,3 +82,22 @@ def test_the_log_sum_exp_merge_of_two_blocks_is_softmax_over_both():
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     assert_close(out, weights / weights.sum(axis=1, keepdims=True) @ v, "merged output")
     assert_close(lse, np.log(weights.sum(axis=1)) + scores.max(axis=1), "merged log-sum-exp")
+
+
+def test_each_block_is_passed_on_before_it_is_computed(monkeypatch):
+    # Overlap: when a block is computed, its sends to the next rank are already under way.
+    # The real group counts the isends: at step i (one block per step here) a rank has issued
+    # 2(i+1) of them (K and V per step), except at the last step, which passes nothing on.
+    import parallel.context_parallel.ring_attention as ring_attention
+    seen = {}
+    compute = ring_attention.block_attention
+
+    def recording(*args):
+        world = parallel.world()
+        seen.setdefault(world.rank, []).append(world.stats().get("send", {"calls": 0})["calls"])
+        return compute(*args)
+    monkeypatch.setattr(ring_attention, "block_attention", recording)
+    cp = 3
+    ones = np.ones((1, 1, 6, 2))
+    run_ring(ones, ones, ones, ones, cp, "contiguous", causal=False)
+    assert seen == {rank: [2, 4, 4] for rank in range(cp)}  # sent after computing would read [0, 2, 4]
