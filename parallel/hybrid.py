@@ -1,19 +1,24 @@
-"""3D parallelism: data × tensor × pipeline over a `Mesh(dp, tp, pp)` (Megatron-LM's PTD-P).
+"""3D parallelism: data × tensor × pipeline over a `Mesh(dp, tp, pp)` (Megatron-LM's PTD-P),
+and the fourth axis, context parallelism over cp.
 
     global batch (B, T) ──split over dp──▶ this dp rank's rows (B/dp, T)
+        ──split over cp──▶ this cp rank's tokens (B/dp, T/cp): zigzag or contiguous chunks
+                           (context_parallel.layout); attention is a ring over the cp group
         ──pipeline over pp──▶ m micro-batches through this rank's stage(s), any schedule;
                               each stage's parts are tensor parallel over tp
                               (heads, MLP columns, vocabulary; SP: the sequence between them)
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
                        tied: sum BERT's embedding copies over the first and last stage
-                       DP: average over dp (DataParallel's buckets; under ZeRO-1 the
-                           optimizer's reduce-scatter does it)
+                       DP: average over dp × cp (DataParallel's buckets; under ZeRO-1 the
+                           optimizer's reduce-scatter does it): every cp rank's gradient
+                           is that of the mean loss over its own tokens
         ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
 pipeline stages, `TensorParallelStage` converts each over the tp group, `Pipeline` runs
-them over the pp group, and the gradient `Reducer` (or `ZeroOptimizer`) spans the dp group.
+them over the pp group, and the gradient `Reducer` (or `ZeroOptimizer`) spans the dp group
+(dp × cp: `mesh.dp_cp_group`; `ContextParallel` gives each stage its tokens and ring attention).
 
 Gradient accumulation: `train_step` ADDS the gradient of one global batch to `.grad`;
 `optimizer_step()` first finishes the sync (dividing by the number of accumulated
@@ -24,6 +29,7 @@ import numpy as np
 from minitensor.optim import AdamW
 
 from .comm.gather import gather_named_arrays
+from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
@@ -42,34 +48,41 @@ class HybridGPT(ParallelModel):
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations,
-    zero (ZeRO-1 optimizer over dp): switches; seed: the TP dropout streams.
+    zero (ZeRO-1 optimizer over dp × cp): switches; seed: the TP dropout streams;
+    cp_layout: "zigzag" or "contiguous", the tokens of each cp rank (with mesh.cp > 1);
+    cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads per tp rank divisible by cp).
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0):
+                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0, cp_layout="zigzag",
+                 cp_comm_type="p2p"):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
         self.config, self.mesh, self.zero, self.dense_class = config, mesh, zero, type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
+        self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
-        self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed) for stage in dense_stages]
+        self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
+                       for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
         self.tied = TiedGradients(self.stages, mesh, ties=bool(set(gpt.first_parts) & set(gpt.last_parts)))
-        # The dp mean goes through the reducer's buckets, last parameters first; under ZeRO
-        # the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
+        # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
+        # ZeRO the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
         self.dp_reducer = None
         if not zero:
-            broadcast_parameters(self.parameters(), mesh.dp_group)  # the replicas start as one model
+            broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
             trainable = [p for p in self.parameters() if p.requires_grad]
-            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
+            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
 
     def layout(self):
-        return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, "microbatches": self.microbatches,
+        cp = ({"cp": self.mesh.cp, "cp_layout": self.context.layout, "cp_comm_type": self.context.comm_type}
+              if self.context is not None else {})
+        return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
                 "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
                 "zero": self.zero}
@@ -86,7 +99,7 @@ class HybridGPT(ParallelModel):
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         """AdamW on this rank's parameters, or ZeRO-1 AdamW sharded over dp; kept as `self.optimizer`."""
         if self.zero:
-            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_group, lr, betas, eps, weight_decay)
+            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_cp_group, lr, betas, eps, weight_decay)
         else:
             self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
         return self.optimizer
@@ -94,7 +107,8 @@ class HybridGPT(ParallelModel):
     # --- training ------------------------------------------------------------------
 
     def local_batch(self, idx, targets):
-        """This dp rank's rows of the global batch, after checking every size on every rank."""
+        """This dp rank's rows (and cp rank's tokens) of the global batch, after checking every
+        size on every rank."""
         idx, targets = np.asarray(idx), np.asarray(targets)
         if idx.ndim != 2 or targets.shape != idx.shape:
             raise ValueError(f"train_step needs idx and targets of the same shape (B, T), "
@@ -104,24 +118,32 @@ class HybridGPT(ParallelModel):
             raise ValueError(f"global batch {batch} is not divisible by dp={dp} x microbatches={m} = {dp * m}")
         if seq > self.config.block_size:
             raise ValueError(f"sequence length {seq} exceeds block_size {self.config.block_size}")
-        if self.sequence_parallel and seq % tp:
-            raise ValueError(f"sequence parallelism needs the sequence length {seq} divisible by tp={tp}")
+        if self.context is not None:
+            self.context.check_sequence_length(seq)
+        local_seq = seq // self.mesh.cp
+        if self.sequence_parallel and local_seq % tp:
+            cp = f" / cp={self.mesh.cp} = {local_seq}" if self.mesh.cp > 1 else ""
+            raise ValueError(f"sequence parallelism needs the sequence length {seq}{cp} divisible by tp={tp}")
         rows = slice(self.mesh.dp_rank * batch // dp, (self.mesh.dp_rank + 1) * batch // dp)
-        return idx[rows], targets[rows]
+        if self.context is None:
+            return idx[rows], targets[rows]
+        return self.context.shard_sequence(idx[rows]), self.context.shard_sequence(targets[rows])
 
     def train_step(self, idx, targets):
         """Forward and backward of one global batch (B, T); its gradient ADDS to `.grad`.
-        Returns the mean loss over the global batch, on every rank."""
+        Returns the mean loss over the global batch, on every rank (every dp × cp rank
+        holds as many tokens: the mean of their means is the mean over all tokens)."""
         if self.synced:
             raise RuntimeError("train_step after the gradients were synced: call optimizer_step() or "
                                "zero_grad() before accumulating more")
         idx, targets = self.local_batch(idx, targets)
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
         self.accumulated += 1
-        return float(self.mesh.dp_group.all_reduce(np.array([loss]))[0]) / self.mesh.dp
+        group = self.mesh.dp_cp_group
+        return float(group.all_reduce(np.array([loss]))[0]) / group.size
 
     def finish_grad_sync(self):
-        """TP partial grads summed over tp, the mean over accumulated batches, then the dp
+        """TP partial grads summed over tp, the mean over accumulated batches, then the dp × cp
         mean (left to the optimizer under ZeRO). Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
@@ -165,13 +187,14 @@ class HybridGPT(ParallelModel):
 
     def full_grads(self):
         """Single-device-named gradients of the synced step (finishes the sync first);
-        under ZeRO the dp mean is taken here, since the raw gradients are still local."""
+        under ZeRO the dp × cp mean is taken here, since the raw gradients are still local."""
         self.finish_grad_sync()
         local = {}
         for stage in self.stages:
             local.update(stage.full_grads())
         if self.zero:
-            local = {name: self.mesh.dp_group.all_reduce(g) / self.mesh.dp for name, g in local.items()}
+            group = self.mesh.dp_cp_group
+            local = {name: group.all_reduce(g) / group.size for name, g in local.items()}
         return self._merge(local)
 
     def load_full_state_dict(self, state):
@@ -189,8 +212,12 @@ class HybridGPT(ParallelModel):
     # --- what the layout costs -------------------------------------------------------
 
     def groups(self):
-        groups = {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
-        return {**groups, "embedding": self.tied.group} if self.tied.group is not None else groups
+        """The mesh's groups by name; under cp > 1 also cp (the ring) and dp_cp (the gradients);
+        with a tied embedding across pipeline ends, embedding (its two copies)."""
+        mesh = self.mesh
+        cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
+        tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
+        return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied}
 
     def communication_stats(self):
         """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.

@@ -1,12 +1,13 @@
-"""`Mesh(dp, tp, pp)`: the world's ranks laid out as a 3-D grid, and a group per axis.
+"""`Mesh(dp, tp, pp, cp)`: the world's ranks laid out as a 4-D grid, and a group per axis.
 
-The layout is written down here once and used everywhere:
+The layout is written down here once and used everywhere (Megatron-LM's order):
 
-    rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+    rank = pp_rank * (dp * cp * tp) + dp_rank * (cp * tp) + cp_rank * tp + tp_rank
 
 tp is fastest-varying, so a tensor-parallel group is adjacent ranks (on a
-cluster: one node, the fastest links); then dp; pp slowest. For dp=2, tp=2,
-pp=2 on 8 ranks:
+cluster: one node, the fastest links); then cp, whose ring passes keys and values
+every layer; then dp; pp slowest. With cp = 1 this is the 3-D layout
+pp_rank·dp·tp + dp_rank·tp + tp_rank. For dp=2, tp=2, pp=2 on 8 ranks:
 
     pp stage 0        pp stage 1
           tp0 tp1           tp0 tp1
@@ -15,72 +16,93 @@ pp=2 on 8 ranks:
 
 tp groups are the rows ({0,1}, {2,3}, ...), dp groups the columns of one stage
 ({0,2}, {1,3}, ...), pp groups the same cell across stages ({0,4}, {1,5}, ...).
+With cp=2 as well (16 ranks), each row holds cp blocks of tp ranks:
+
+    pp stage 0                     pp stage 1
+          cp0.tp0 cp0.tp1 cp1.tp0 cp1.tp1        cp0.tp0 cp0.tp1 cp1.tp0 cp1.tp1
+    dp0         0       1       2       3    dp0       8       9      10      11
+    dp1         4       5       6       7    dp1      12      13      14      15
+
+cp groups join the same tp column of the cp blocks ({0,2}, {1,3}, {4,6}, ...): a
+ring over the sequence. Parameters are replicated over dp AND cp (each cp rank
+holds all weights, for its own tokens), so gradients are averaged over the dp_cp
+group: the ranks of one (tp, pp) cell across dp and cp ({0,2,4,6}, ...); with
+cp = 1 it is the dp group itself.
 """
 from collections import namedtuple
 
 from .comm import world as current_world
 
-MeshCoords = namedtuple("MeshCoords", ["dp", "tp", "pp"])
+MeshCoords = namedtuple("MeshCoords", ["dp", "tp", "pp", "cp"])
 
 
-def rank_of(dp_rank, tp_rank, pp_rank, dp, tp):
-    """The world rank at grid position (dp_rank, tp_rank, pp_rank)."""
-    return pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+def rank_of(dp_rank, tp_rank, pp_rank, dp, tp, cp_rank=0, cp=1):
+    """The world rank at grid position (dp_rank, tp_rank, pp_rank, cp_rank)."""
+    return pp_rank * (dp * cp * tp) + dp_rank * (cp * tp) + cp_rank * tp + tp_rank
 
 
-def coords_of(rank, dp, tp):
-    """The grid position (dp_rank, tp_rank, pp_rank) of a world rank: rank_of's inverse."""
+def coords_of(rank, dp, tp, cp=1):
+    """The grid position (dp_rank, tp_rank, pp_rank, cp_rank) of a world rank: rank_of's inverse."""
     # exercise 09.1: a rank's grid coordinates
-    # hint: invert rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tp varies fastest, pp slowest.
-    return MeshCoords(dp=rank // tp % dp, tp=rank % tp, pp=rank // (tp * dp))
+    # hint: invert rank = ((pp_rank·dp + dp_rank)·cp + cp_rank)·tp + tp_rank: tp varies fastest, pp slowest.
+    return MeshCoords(dp=rank // (tp * cp) % dp, tp=rank % tp, pp=rank // (tp * cp * dp), cp=rank // tp % cp)
     # end exercise
 
 
 class Mesh:
-    def __init__(self, dp=1, tp=1, pp=1, world=None):
+    def __init__(self, dp=1, tp=1, pp=1, cp=1, world=None):
         world = current_world() if world is None else world
-        for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+        for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Mesh: {name}={value!r} must be a positive int")
-        if dp * tp * pp != world.size:
-            raise ValueError(f"Mesh: dp={dp} x tp={tp} x pp={pp} = {dp * tp * pp} ranks, "
-                             f"but the world has {world.size}")
-        self.world, self.dp, self.tp, self.pp = world, dp, tp, pp
-        self.dp_rank, self.tp_rank, self.pp_rank = coords_of(world.rank, dp, tp)
-        # Ranks that share the other two coordinates form the group of an axis.
+        if dp * tp * pp * cp != world.size:
+            axes = f"dp={dp} x tp={tp} x pp={pp}" + (f" x cp={cp}" if cp > 1 else "")
+            raise ValueError(f"Mesh: {axes} = {dp * tp * pp * cp} ranks, but the world has {world.size}")
+        self.world, self.dp, self.tp, self.pp, self.cp = world, dp, tp, pp, cp
+        self.dp_rank, self.tp_rank, self.pp_rank, self.cp_rank = coords_of(world.rank, dp, tp, cp)
+        # Ranks that share the other coordinates form the group of an axis.
         # exercise 09.2: the mesh's groups
         # hint: world.split(color, key): ranks with equal colour form a group, ordered by key. An axis's group
-        # hint: is the ranks that share the OTHER two coordinates; order them by their own coordinate.
-        self.tp_group = world.split(color=self.pp_rank * dp + self.dp_rank, key=self.tp_rank)
-        self.dp_group = world.split(color=self.pp_rank * tp + self.tp_rank, key=self.dp_rank)
-        self.pp_group = world.split(color=self.dp_rank * tp + self.tp_rank, key=self.pp_rank)
+        # hint: is the ranks that share the OTHER coordinates; order them by their own coordinate.
+        d, t, p, c = self.dp_rank, self.tp_rank, self.pp_rank, self.cp_rank
+        self.tp_group = world.split(color=(p * dp + d) * cp + c, key=t)
+        self.dp_group = world.split(color=(p * cp + c) * tp + t, key=d)
+        self.pp_group = world.split(color=(d * cp + c) * tp + t, key=p)
+        self.cp_group = world.split(color=(p * dp + d) * tp + t, key=c)
         # end exercise
+        # The ranks holding replicas of the same parameters: dp x cp (the dp group when cp = 1).
+        self.dp_cp_group = self.dp_group if cp == 1 else world.split(color=p * tp + t, key=d * cp + c)
 
     @property
     def coords(self):
-        return MeshCoords(self.dp_rank, self.tp_rank, self.pp_rank)
+        return MeshCoords(self.dp_rank, self.tp_rank, self.pp_rank, self.cp_rank)
 
     def sizes(self):
-        """{"dp": .., "tp": .., "pp": ..}: the mesh's shape."""
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp}
+        """{"dp": .., "tp": .., "pp": .., "cp": ..}: the mesh's shape."""
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
 
-    def rank_of(self, dp_rank, tp_rank, pp_rank):
-        return rank_of(dp_rank, tp_rank, pp_rank, self.dp, self.tp)
+    def rank_of(self, dp_rank, tp_rank, pp_rank, cp_rank=0):
+        return rank_of(dp_rank, tp_rank, pp_rank, self.dp, self.tp, cp_rank, self.cp)
 
     def __repr__(self):
-        return f"Mesh(dp={self.dp}, tp={self.tp}, pp={self.pp}) at rank {self.world.rank} {tuple(self.coords)}"
+        cp = f", cp={self.cp}" if self.cp > 1 else ""
+        return f"Mesh(dp={self.dp}, tp={self.tp}, pp={self.pp}{cp}) at rank {self.world.rank} {tuple(self.coords)}"
 
     def describe(self):
-        """A text picture of the rank grid: one block per pp stage, rows dp, columns tp."""
-        width = len(str(self.world.size - 1)) + 3
-        lines = [f"mesh dp={self.dp} x tp={self.tp} x pp={self.pp} over {self.world.size} ranks "
-                 f"(tp fastest, then dp, then pp)"]
+        """A text picture of the rank grid: one block per pp stage, rows dp, columns tp
+        (under cp > 1: cp blocks of tp columns, labelled cpC.tpT)."""
+        columns = [(c, t) for c in range(self.cp) for t in range(self.tp)]
+        labels = [f"cp{c}.tp{t}" if self.cp > 1 else f"tp{t}" for c, t in columns]
+        width = max(len(str(self.world.size - 1)) + 2, *(len(label) for label in labels)) + 1
+        axes = f"dp={self.dp} x tp={self.tp} x pp={self.pp}" + (f" x cp={self.cp}" if self.cp > 1 else "")
+        order = "tp fastest, then cp, then dp, then pp" if self.cp > 1 else "tp fastest, then dp, then pp"
+        lines = [f"mesh {axes} over {self.world.size} ranks ({order})"]
         for stage in range(self.pp):
             lines.append(f"pp stage {stage}")
-            lines.append(" " * 5 + "".join(f"tp{t}".rjust(width) for t in range(self.tp)))
+            lines.append(" " * 5 + "".join(label.rjust(width) for label in labels))
             for d in range(self.dp):
-                cells = "".join(str(self.rank_of(d, t, stage)).rjust(width) for t in range(self.tp))
+                cells = "".join(str(self.rank_of(d, t, stage, c)).rjust(width) for c, t in columns)
                 lines.append(f"  dp{d}".ljust(5) + cells)
-        dp_rank, tp_rank, pp_rank = self.coords
-        lines.append(f"this is rank {self.world.rank}: dp {dp_rank}, tp {tp_rank}, pp {pp_rank}")
+        cp = f", cp {self.cp_rank}" if self.cp > 1 else ""
+        lines.append(f"this is rank {self.world.rank}: dp {self.dp_rank}, tp {self.tp_rank}, pp {self.pp_rank}{cp}")
         return "\n".join(lines)

@@ -1,7 +1,7 @@
 """`ParallelModel`: what the checkpoints, the training job and its report need of a parallel model.
 
 They never ask which mechanisms a model composes; they call these names. `HybridGPT`
-(dp × tp × pp) is the implementation; a new layout joins by providing the same names.
+(dp × tp × pp × cp) is the implementation; a new layout joins by providing the same names.
 
     config, mesh, optimizer      the GPTConfig (or BertConfig), the Mesh, the optimizer (None before configure_optimizer)
     dense_class                  the single-device model class (GPT or BERT)

@@ -103,3 +103,41 @@ def zero_bubble_layouts(draw, max_world=8):
     schedule = draw(st.sampled_from(["zb-h1", "zb-h2", "1f1b", "gpipe"]))
     layout = dict(drawn["layout"], schedule=schedule, chunks=1, microbatches=draw(st.integers(1, 8)))
     return dict(drawn, layout=layout)
+
+# --- parallel.context_parallel ---------------------------------------------------
+
+cp_sizes = st.integers(1, 4)
+cp_layouts = st.sampled_from(["zigzag", "contiguous"])
+
+
+@st.composite
+def ring_attention_cases(draw):
+    """cp, layout, causal, and (B, heads, T, d) with T a multiple of the layout's chunk count."""
+    cp, layout = draw(cp_sizes), draw(cp_layouts)
+    chunks = 2 * cp if layout == "zigzag" else cp
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), chunks * draw(st.integers(1, 3)), draw(st.integers(1, 4)))
+    return dict(cp=cp, layout=layout, causal=draw(st.booleans()), shape=shape)
+
+
+@st.composite
+def context_parallel_layouts(draw, max_world=8):
+    """A 4D layout (HybridGPT's arguments with cp ∈ 1..4, ring or Ulysses, tp and dp drawn, pp ≤ 2, world ≤ max_world,
+    any one-chunk schedule: ring attention also runs inside ZB's B half and under recomputation),
+    a small GPT config (dict, causal or not) and a sequence length the cp layout can cut."""
+    cp, cp_layout = draw(cp_sizes), draw(cp_layouts)
+    tp = draw(st.sampled_from([t for t in (1, 2) if t * cp <= max_world]))
+    pp = draw(st.sampled_from([p for p in (1, 2) if p * tp * cp <= max_world]))
+    dp = draw(st.sampled_from([d for d in (1, 2) if d * pp * tp * cp <= max_world]))
+    sequence_parallel = tp > 1 and draw(st.booleans())
+    comm_type = draw(st.sampled_from(["p2p", "a2a"]))
+    chunks = 2 * cp if cp_layout == "zigzag" else cp
+    seq = chunks * tp * draw(st.integers(1, 2)) if sequence_parallel else chunks * draw(st.integers(1, 2))
+    layout = dict(dp=dp, tp=tp, pp=pp, cp=cp, cp_layout=cp_layout, cp_comm_type=comm_type,
+                  microbatches=draw(st.integers(1, 2)),
+                  schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"])), chunks=1,
+                  sequence_parallel=sequence_parallel,
+                  checkpoint_activations=draw(st.booleans()), zero=draw(st.booleans()))
+    n_head = tp * (cp if comm_type == "a2a" else 1) * draw(st.integers(1, 2))  # Ulysses splits heads over cp
+    config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
+                  n_head=n_head, d_model=n_head * draw(st.sampled_from([2, 4])), causal=draw(st.booleans()))
+    return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq)

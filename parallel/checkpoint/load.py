@@ -46,7 +46,8 @@ def same_layout(manifest, dims, world, entries):
     """Saved by this very layout: same mesh, and this rank's own file holds exactly its names."""
     own = shard_name(world.rank)
     mine = {name for name, e in entries.items() if any(p["file"] == own for p in e["pieces"])}
-    return manifest["mesh"] == dims and manifest["world_size"] == world.size and mine == set(entries)
+    saved = {"cp": 1, **manifest["mesh"]}  # a manifest from before the cp axis
+    return saved == dims and manifest["world_size"] == world.size and mine == set(entries)
 
 
 # numpy parses each array's .npy header with ast.literal_eval, and CPython before 3.11.5

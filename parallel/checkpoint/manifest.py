@@ -2,18 +2,20 @@
 
     {"format": "minitensor-parallel-checkpoint", "version": 1, "step": 120,
      "config": {GPTConfig fields}, "layout": {what the caller passed: dp, tp, pp, m, schedule, ...},
-     "mesh": {"dp": 2, "tp": 2, "pp": 2}, "world_size": 8,
+     "mesh": {"dp": 2, "tp": 2, "pp": 2, "cp": 1}, "world_size": 8,
      "optimizer": {"type": "AdamW" | "ZeroOptimizer" | null, "defaults": {lr, betas, eps, weight_decay}},
      "extra": {what the caller passed: data sampler state, ...},
-     "files": {"rank_00005.npz": {"rank": 5, "dp": 0, "tp": 1, "pp": 1, "bytes": ..., "sha256": ...}},
+     "files": {"rank_00005.npz": {"rank": 5, "dp": 0, "tp": 1, "pp": 1, "cp": 0, "bytes": ..., "sha256": ...}},
      "tensors": {"blocks.3.attn.q.weight": {
          "full_shape": [64, 64], "tp_axis": 0, "dtype": "float64", "step": 120,
-         "pieces": [{"file": "rank_00004.npz", "dp": 0, "tp": 0, "pp": 1, "shape": [32, 64],
+         "pieces": [{"file": "rank_00004.npz", "dp": 0, "tp": 0, "pp": 1, "cp": 0, "shape": [32, 64],
                      "moments": null | [lo, hi]}, ...]}}}
 
 A piece is one rank's local array of the name; `moments` is null when its AdamW moments
 are whole arrays of `shape`, [lo, hi) when they are that rank's ZeRO range of the
-flattened local array, absent when the rank has no moments for it.
+flattened local array, absent when the rank has no moments for it. Context parallelism
+replicates every parameter over cp as dp does, so its pieces reshard like dp replicas
+(a manifest without cp, from before the fourth axis, reads as cp = 1).
 Every rank builds its own record (what its file holds); the records are all-gathered
 (buffer collectives only: JSON as bytes) and rank 0 writes their union.
 
@@ -37,6 +39,7 @@ MANIFEST_SUM = "manifest.sha256"
 SHARD_GLOB = "rank_*.npz"
 
 FORMAT, VERSION = "minitensor-parallel-checkpoint", 1
+AXES = ("dp", "tp", "pp", "cp")
 
 
 def rank_record(path, rank, coords, params, moments):
@@ -56,14 +59,14 @@ def rank_record(path, rank, coords, params, moments):
 def build_manifest(records, step, config, layout, mesh_dims, optimizer, extra):
     tensors = {}
     for record in records:
-        where = {"file": record["file"], "dp": record["dp"], "tp": record["tp"], "pp": record["pp"]}
+        where = {"file": record["file"], **{axis: record[axis] for axis in AXES}}
         for name, t in record["tensors"].items():
             entry = tensors.setdefault(name, {"full_shape": t["full_shape"], "tp_axis": t["tp_axis"],
                                               "dtype": t["dtype"], "step": t["step"], "pieces": []})
             entry["pieces"].append({**where, **t["piece"]})
             if entry["step"] is None:  # under ZeRO only the dp ranks whose range covers it know
                 entry["step"] = t["step"]
-    files = {r["file"]: {k: r[k] for k in ("rank", "dp", "tp", "pp", "bytes", "sha256")} for r in records}
+    files = {r["file"]: {k: r[k] for k in ("rank", *AXES, "bytes", "sha256")} for r in records}
     return {"format": FORMAT, "version": VERSION, "step": step, "config": config_dict(config),
             "layout": layout, "mesh": mesh_dims, "world_size": len(records), "optimizer": optimizer,
             "extra": extra, "files": files, "tensors": tensors}
@@ -113,21 +116,24 @@ def check_consistency(manifest, step_dir):
     """A CheckpointError naming the first field that disagrees with the mesh, the files on disk
     or the tensors' shapes."""
     mesh, files = manifest["mesh"], manifest["files"]
-    dp, tp, pp = (int(mesh[axis]) for axis in ("dp", "tp", "pp"))
+    dp, tp, pp, cp = (int(mesh.get(axis, 1)) for axis in AXES)
     on_disk = sorted(p.name for p in step_dir.glob(SHARD_GLOB))
     unlisted = [name for name in on_disk if name not in files]
     if unlisted:
         raise inconsistent(step_dir, "files", f"does not list the shard {step_dir / unlisted[0]} on disk")
-    if not dp * tp * pp == manifest["world_size"] == len(files):
-        raise inconsistent(step_dir, "mesh/world_size", f"say dp={dp} x tp={tp} x pp={pp} = {dp * tp * pp} and "
+    if not dp * tp * pp * cp == manifest["world_size"] == len(files):
+        axes = f"dp={dp} x tp={tp} x pp={pp}" + (f" x cp={cp}" if cp > 1 else "")
+        raise inconsistent(step_dir, "mesh/world_size", f"say {axes} = {dp * tp * pp * cp} and "
                            f"world_size={manifest['world_size']}, but files lists {len(files)} shards")
     for name, facts in files.items():
-        inside = 0 <= facts["dp"] < dp and 0 <= facts["tp"] < tp and 0 <= facts["pp"] < pp
-        rank = rank_of(facts["dp"], facts["tp"], facts["pp"], dp, tp)
+        cp_rank = facts.get("cp", 0)
+        inside = 0 <= facts["dp"] < dp and 0 <= facts["tp"] < tp and 0 <= facts["pp"] < pp and 0 <= cp_rank < cp
+        rank = rank_of(facts["dp"], facts["tp"], facts["pp"], dp, tp, cp_rank, cp)
         if not inside or facts["rank"] != rank or name != shard_name(rank):
+            where = f" cp={cp_rank}" if cp > 1 else ""
             raise inconsistent(step_dir, f"files[{name!r}]", f"has rank {facts['rank']} at dp={facts['dp']} "
-                               f"tp={facts['tp']} pp={facts['pp']}, which is not its place in the "
-                               f"dp={dp} tp={tp} pp={pp} mesh")
+                               f"tp={facts['tp']} pp={facts['pp']}{where}, which is not its place in the "
+                               f"dp={dp} tp={tp} pp={pp}" + (f" cp={cp}" if cp > 1 else "") + " mesh")
     for name, entry in manifest["tensors"].items():
         check_pieces(step_dir, name, entry, files, tp)
 
@@ -142,7 +148,7 @@ def check_pieces(step_dir, name, entry, files, tp):
         facts = files.get(piece["file"])
         if facts is None:
             raise inconsistent(step_dir, field, "names a file that files does not list")
-        if any(piece[k] != facts[k] for k in ("dp", "tp", "pp")):
+        if any(piece.get(k, 0) != facts.get(k, 0) for k in AXES):
             raise inconsistent(step_dir, field, f"has dp={piece['dp']} tp={piece['tp']} pp={piece['pp']}, but its "
                                f"file is at dp={facts['dp']} tp={facts['tp']} pp={facts['pp']}")
         if not possible_piece(piece["shape"], full, axis, tp):

@@ -2,9 +2,10 @@
 
 A name's pieces, saved under any layout, become the dense tensor in three moves:
 
-    dp     every dp replica holds the same piece: read dp rank 0's. (ZeRO moments are the
-           exception: each dp rank saved a flat range [lo, hi) of the local array, so the
-           ranges of all dp ranks are laid end to end and reshaped to the local shape.)
+    dp, cp every replica holds the same piece (cp replicates the parameters as dp does):
+           read the lowest dp rank's. (ZeRO moments are the exception: each dp × cp rank
+           saved a flat range [lo, hi) of the local array, so the ranges of all of them
+           are laid end to end and reshaped to the local shape.)
     tp     concatenate the tp ranks' pieces along tp_axis, in tp order, and trim the
            padding (a vocabulary tp does not divide) to full_shape
     pp     a name lives on exactly one pipeline stage, so there is nothing to merge

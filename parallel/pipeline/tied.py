@@ -8,18 +8,18 @@ both uses, so its gradient is the SUM of the two copies' gradients:
     dL/dE = dL/dE|embedding + dL/dE|head
 
 After backward the two copies' gradients are all-reduced over the "embedding group", the
-first and the last pp rank of each (dp, tp) cell (Megatron-LM's embedding group); both
+first and the last pp rank of each (dp, tp, cp) cell (Megatron-LM's embedding group); both
 then hold the full gradient, take the same optimizer step and stay equal.
 """
 from ..reducer import Reducer
 
 
 def embedding_group(mesh):
-    """The group of pp ranks 0 and pp-1 of this rank's (dp, tp) cell (a collective over the
+    """The group of pp ranks 0 and pp-1 of this rank's (dp, tp, cp) cell (a collective over the
     world: every rank calls it; a middle stage gets a group of its own, never used)."""
     at_an_end = mesh.pp_rank in (0, mesh.pp - 1)
-    cell = mesh.dp_rank * mesh.tp + mesh.tp_rank
-    color = cell if at_an_end else mesh.dp * mesh.tp + mesh.world.rank
+    cell = (mesh.dp_rank * mesh.tp + mesh.tp_rank) * mesh.cp + mesh.cp_rank
+    color = cell if at_an_end else mesh.dp * mesh.tp * mesh.cp + mesh.world.rank
     return mesh.world.split(color=color, key=mesh.pp_rank)
 
 

@@ -17,10 +17,10 @@ from .memory import (
 )
 from .model import CONFIGS, GPTConfig, balanced_partition, dense_param_count, get_config, param_count
 from .profiles import load_profile
-from .search import plan
+from .search import longest_sequence, plan
 
 __all__ = ["CONFIGS", "Estimate", "GPTConfig", "Layout", "PRECISIONS",
            "activation_bytes_per_rank", "balanced_partition", "block_activation_bytes",
            "dense_param_count", "estimate", "get_config", "load_profile", "memory_per_rank",
-           "param_bytes_per_rank", "param_count", "peak_memory", "plan",
+           "param_bytes_per_rank", "param_count", "peak_memory", "plan", "longest_sequence",
            "rank_coords"]

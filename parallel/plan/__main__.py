@@ -4,6 +4,7 @@
     python -m parallel.plan --config gpt3-175b --devices 1024 --device a100-80gb --batch 1536
     python -m parallel.plan --n-layer 24 --d-model 1024 --n-head 16 --vocab 50257 --seq 1024 \\
         --devices 16 --device v100-32gb --batch 256 --explain 1
+    python -m parallel.plan --config medium --devices 8 --mem-per-device 2GB --batch 8 --max-cp 4 --longest-sequence
     python -m parallel.plan --calibrate
 """
 import argparse
@@ -17,7 +18,7 @@ from minitensor.models.bert import BertConfig
 from .layout import PRECISIONS, SCHEDULES
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
 from .profiles import load_profile, packaged_profiles
-from .search import plan
+from .search import longest_sequence, plan
 
 UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -59,6 +60,10 @@ def build_parser():
                         help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
     parser.add_argument("--allow-inter-node-tp", action="store_true",
                         help="also try tp larger than the devices per node")
+    parser.add_argument("--max-cp", type=int, default=1,
+                        help="also try context parallelism (the sequence split, ring attention) up to this many ranks")
+    parser.add_argument("--longest-sequence", action="store_true",
+                        help="print the longest sequence that fits (without cp, and with cp up to --max-cp)")
     parser.add_argument("--top", type=int, default=10, help="rows of the ranked table")
     parser.add_argument("--explain", type=int, metavar="RANK",
                         help="print the derivation of the table row RANK (1 = best)")
@@ -109,7 +114,8 @@ def format_table(estimates):
                      for row in rows)
 
 
-POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain")
+POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
+                 "max_cp")
 
 
 def main(argv=None):
@@ -130,9 +136,11 @@ def main(argv=None):
     try:
         dtype = resolve_dtype(args.dtype, profile)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
-                      args.schedule, args.allow_inter_node_tp)
+                      args.schedule, args.allow_inter_node_tp, args.max_cp)
     except ValueError as error:
         parser.error(str(error))
+    if args.longest_sequence:
+        return print_longest_sequences(config, args, batch, profile, dtype)
     precision = PRECISIONS[dtype]
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
     print(f"model {config} = {dense_param_count(config):,} parameters")
@@ -159,6 +167,21 @@ def main(argv=None):
                          f"{len(result.ranked)}")
         print(f"\nderivation of rank {args.explain}:")
         print("\n".join("  " + line for line in result.ranked[args.explain - 1].lines))
+    return 0
+
+
+def print_longest_sequences(config, args, batch, profile, dtype):
+    """The longest sequence that fits without cp and, with --max-cp > 1, with cp up to it."""
+    limit = args.mem_per_device or profile["memory_gib"] * 2**30
+    print(f"longest sequence that fits on {args.devices} × {profile['name']} ({gib(limit)} GiB each), "
+          f"global batch {batch}, {dtype}:")
+    for max_cp in sorted({1, args.max_cp}):
+        seq, est = longest_sequence(config, args.devices, batch, profile, args.mem_per_device, dtype,
+                                    args.schedule, args.allow_inter_node_tp, max_cp)
+        where = (f"{est.layout.name()} m={est.layout.micro_batches} {est.layout.flags()}, "
+                 f"{gib(est.memory['total'])} GiB, activations {gib(est.memory['activations'])} GiB"
+                 if est else "nothing fits")
+        print(f"  cp ≤ {max_cp}: {seq} tokens ({where})")
     return 0
 
 

@@ -21,6 +21,12 @@ tp: 4 all-reduces of b·s·h per block per micro-batch (2 forward, 2 backward; +
 pp: one send of b·s·h forward and one backward per micro-batch per stage.
 dp: one all-reduce of the rank's gradients per step (ZeRO-1: reduce-scatter of the
     gradients + all-gather of the updated parameters).
+cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees all s keys),
+    and per block and micro-batch passes K/V blocks of b·s/cp·h/tp around the ring:
+    6·cp − 4 sends (context_parallel.layout.ring_elements; + 2(cp−1) when checkpointing
+    recomputes the forward). They overlap the block's attention compute (each send is
+    issued before the block before it is computed), so only the excess is charged:
+    max(0, ring time − attention time). The dp gradients are reduced over dp·cp ranks.
 The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
 t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
 a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
@@ -31,6 +37,7 @@ graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field
 
+from ..context_parallel.layout import ring_elements
 from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
 from .model import param_count, stage_layers
@@ -72,6 +79,19 @@ def stage_flops(config, layers, tokens, tp, checkpoint, last):
     return (layers * block + head) / tp
 
 
+def ring_time(config, layout, b, rate, alpha, beta, bytes_per_element):
+    """Exposed seconds of one block's cp ring per micro-batch: the K/V (and dK/dV) sends
+    beyond what the block's attention compute hides (see the module doc)."""
+    s, h, cp = config.block_size, config.d_model, layout.cp
+    per_pass = ring_elements(b, s, h // layout.tp, cp)
+    elements = per_pass["forward"] * (2 if layout.checkpoint else 1) + per_pass["backward"]
+    block = b * (s // cp) * (h // layout.tp)
+    ring = (elements // block) * alpha + elements * bytes_per_element * beta
+    passes = 4 if layout.checkpoint else 3
+    attention = passes * 4 * s * h * (b * s // cp) / layout.tp / rate
+    return max(0.0, ring - attention)
+
+
 def bubble_slots(schedule, p, m, checkpoint=False):
     """The bubble of one step in units of t_stage (see the module docstring)."""
     if schedule in ("zb-h1", "zb-h2") and not checkpoint:
@@ -102,21 +122,26 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
     profile = load_profile(profile) if isinstance(profile, str) else profile
     precision = get_precision(dtype)
     b = micro_batch_size(batch, layout)
-    s, h, m, p = config.block_size, config.d_model, layout.micro_batches, layout.pp
-    tokens = b * s
+    s, h, m, p, cp = config.block_size, config.d_model, layout.micro_batches, layout.pp, layout.cp
+    tokens = b * s // cp
     flops_key, peak = peak_flops(profile, precision)
     rate = peak * profile["efficiency"]
     layers = stage_layers(config.n_layer, p, balance)
     lines = [f"layout {layout.name()} m={m} flags={layout.flags()} dtype={dtype} "
              f"device={profile['name']}",
              f"micro-batch b = batch / (dp·m) = {batch} / ({layout.dp}·{m}) = {b}; "
-             f"T = b·s = {tokens} tokens; blocks per stage {layers}"]
+             f"T = b·s{'/cp' if cp > 1 else ''} = {tokens} tokens; blocks per stage {layers}"]
 
-    activation = b * s * h * precision.activation_bytes
+    activation = tokens * h * precision.activation_bytes
     tp_kind, tp_alpha, tp_beta = link(profile, 1, layout.tp)
     tp_collectives = (6 if layout.checkpoint else 4)
     tp_one = ring_all_reduce(layout.tp, activation, tp_alpha, tp_beta)
-    pp_kind, pp_alpha, pp_beta = link(profile, layout.tp * layout.dp, p)
+    pp_kind, pp_alpha, pp_beta = link(profile, layout.tp * cp * layout.dp, p)
+    cp_block = 0.0
+    if cp > 1:
+        cp_kind, cp_alpha, cp_beta = link(profile, layout.tp, cp)
+        cp_block = ring_time(config, layout, b, rate, cp_alpha, cp_beta, precision.activation_bytes)
+        lines.append(f"cp ring ({cp_kind}): exposed {cp_block:.3g} s per block and micro-batch")
     pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
                  f"= {rate:.3g} flop/s")
@@ -127,32 +152,34 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
     for stage, count in enumerate(layers):
         flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1)
         compute = flops / rate
-        tp_mb = count * tp_collectives * tp_one
-        stage_times.append((compute + tp_mb + pp_mb, compute, tp_mb))
+        tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
+        stage_times.append((compute + tp_mb + cp_mb + pp_mb, compute, tp_mb, cp_mb))
         lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
                      f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "
                      f"= {tp_mb:.4g} s; pp 2 × p2p = {pp_mb:.4g} s")
     slowest = max(range(p), key=lambda i: stage_times[i][0])
-    t_stage, compute_mb, tp_mb = stage_times[slowest]
+    t_stage, compute_mb, tp_mb, cp_mb = stage_times[slowest]
 
-    dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp)
+    dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp * cp)
+    replicas = layout.dp * cp
     grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
         * precision.grad_bytes
     if layout.zero:
-        dp_time = 2 * all_gather(layout.dp, grad_bytes, dp_alpha, dp_beta)
+        dp_time = 2 * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
         dp_how = "reduce-scatter + all-gather"
     else:
-        dp_time = ring_all_reduce(layout.dp, grad_bytes, dp_alpha, dp_beta)
+        dp_time = ring_all_reduce(replicas, grad_bytes, dp_alpha, dp_beta)
         dp_how = "ring all-reduce"
-    lines.append(f"dp: {dp_how} of {grad_bytes} B over {layout.dp} ranks ({dp_kind}) "
+    lines.append(f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) "
                  f"= {dp_time:.4g} s")
 
-    comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time}
+    comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {})}
     slots = bubble_slots(layout.schedule, p, m, layout.checkpoint)
     time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
-                 f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}) + "
+                 f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}"
+                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}) + "
                  f"{dp_time:.4g} = {time['comm']:.4g} s")
     lines.append(f"bubble = {slots:.4g}·t_stage ({layout.schedule}) = {slots:.4g}·{t_stage:.4g} = "
                  f"{time['bubble']:.4g} s (fraction {slots / (m + slots):.3f} of the pipelined time)")
@@ -172,11 +199,13 @@ def memory_lines(config, layout, b, stage, precision, balance):
     count = param_count(config, layout.tp, layout.pp, stage, balance)
     layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
     kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
-                                  layout.checkpoint, precision.name)
+                                  layout.checkpoint, precision.name, layout.cp)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
-    s, h, a, t = config.block_size, config.d_model, config.n_head, layout.tp
+    s, h, a, t = config.block_size // layout.cp, config.d_model, config.n_head, layout.tp
     if layout.checkpoint:
         formula = f"2·s·b·h{'/t' if layout.sequence_parallel else ''} (block input only)"
+    elif layout.cp > 1:  # s is s/cp here; ring attention keeps q, k, v, output, no probabilities
+        formula = "s·b·h·(34 + 8)/t" if layout.sequence_parallel else "s·b·h·(10 + 24/t + 8/t) (s = seq/cp)"
     elif layout.sequence_parallel:
         formula = "s·b·h·(34 + 5·a·s/h)/t"
     else:

@@ -1,7 +1,7 @@
 """One candidate training layout, and the numeric precision rules it is costed with.
 
 Rank coordinates are `parallel.Mesh`'s (`mesh.coords_of`): tp ranks adjacent
-(fastest-varying), then dp, then pp.
+(fastest-varying), then cp, then dp, then pp.
 """
 from dataclasses import dataclass
 
@@ -47,9 +47,10 @@ class Layout:
     sequence_parallel: bool = False
     zero: bool = False                # ZeRO-1: AdamW states sharded over dp
     schedule: str = "1f1b"
+    cp: int = 1                       # context parallel: the sequence split over cp ranks, ring attention
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "micro_batches"):
+        for name in ("dp", "tp", "pp", "micro_batches", "cp"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Layout.{name} must be a positive int, got {value!r}")
@@ -60,10 +61,10 @@ class Layout:
 
     @property
     def world_size(self):
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def name(self):
-        return f"dp{self.dp}·tp{self.tp}·pp{self.pp}"
+        return f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "")
 
     def flags(self):
         names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), ("zero1", self.zero),
@@ -72,7 +73,7 @@ class Layout:
 
 
 def rank_coords(layout, rank):
-    """(dp_rank, tp_rank, pp_rank) of a global rank, in Mesh order."""
+    """(dp_rank, tp_rank, pp_rank, cp_rank) of a global rank, in Mesh order."""
     if not 0 <= rank < layout.world_size:
         raise ValueError(f"rank={rank} out of range for world size {layout.world_size}")
-    return tuple(coords_of(rank, layout.dp, layout.tp))
+    return tuple(coords_of(rank, layout.dp, layout.tp, layout.cp))

@@ -11,6 +11,14 @@ Large Transformer Models"), per block and micro-batch, at 2 bytes per element:
 The 34 counts 1-byte dropout masks the model here does not have, so the figure is a
 slight over-estimate. Other dtypes scale the formula by bytes/2. The last stage's
 logits are not counted.
+
+Context parallelism (cp ranks, ring attention) gives each rank s/cp of the tokens, so every
+per-token term divides by cp. The attention probabilities (the 5·a·s/h term) are not kept
+at all: ring attention recomputes them in backward from the log-sum-exp, and keeps its
+q, k, v and output instead (8/t at 2 bytes per element). What does NOT divide by cp: the
+parameters and their gradients (replicated on every cp rank, as on every dp rank); the
+optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring's figure;
+Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
 """
 from .layout import get_precision
 from .model import param_count, stage_layers
@@ -19,17 +27,18 @@ from .model import param_count, stage_layers
 def _coords(rank_coords):
     if isinstance(rank_coords, dict):
         return rank_coords.get("dp", 0), rank_coords.get("tp", 0), rank_coords.get("pp", 0)
-    dp_rank, tp_rank, pp_rank = rank_coords
+    dp_rank, tp_rank, pp_rank = tuple(rank_coords)[:3]  # Mesh.coords also holds cp_rank, which changes no parameter
     return dp_rank, tp_rank, pp_rank
 
 
 def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
-                         zero=False, balance=None):
+                         zero=False, balance=None, cp=1):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
     `rank_coords(layout, rank)` for a global rank) or a dict with keys dp, tp, pp.
-    ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state.
+    ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state
+    (ceil(P / (dp·cp)): it shards over every replica, cp ranks included).
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -37,20 +46,20 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
     count = param_count(config, tp, pp, pp_rank, balance)
-    optim_count = -(-count // dp) if zero else count
+    optim_count = -(-count // (dp * cp)) if zero else count
     return {"params": count * precision.param_bytes,
             "grads": count * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
-                           checkpoint=False, dtype="float32"):
-    """Activation bytes one block keeps for one micro-batch until its backward."""
-    s, b, h, a = config.block_size, micro_batch_size, config.d_model, config.n_head
+                           checkpoint=False, dtype="float32", cp=1):
+    """Activation bytes one block keeps for one micro-batch until its backward (s/cp tokens under cp)."""
+    s, b, h, a = config.block_size // cp, micro_batch_size, config.d_model, config.n_head
     scale = get_precision(dtype).activation_bytes / 2
     if checkpoint:
         return 2 * s * b * h / (tp if sequence_parallel else 1) * scale
-    attention_scores = 5 * a * s / h
+    attention_scores = 5 * a * s / h if cp == 1 else 8  # ring attention: q, k, v, output; no probabilities
     if sequence_parallel:
         return s * b * h * (34 + attention_scores) / tp * scale
     return s * b * h * (10 + 24 / tp + attention_scores / tp) * scale
@@ -78,12 +87,12 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     """Peak activation bytes of a rank at pipeline `stage`."""
     layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
     kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
-                                  layout.checkpoint, dtype)
+                                  layout.checkpoint, dtype, layout.cp)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     total = layers * kept * in_flight
     if layout.checkpoint:
         total += block_activation_bytes(config, micro_batch_size, layout.tp,
-                                        layout.sequence_parallel, False, dtype)
+                                        layout.sequence_parallel, False, dtype, layout.cp)
     return total
 
 
@@ -91,7 +100,7 @@ def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32
     """{"params", "grads", "optim", "activations", "total"} bytes of one rank."""
     _, _, stage = _coords(rank_coords)
     memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
-                                  layout.zero, balance)
+                                  layout.zero, balance, layout.cp)
     memory["activations"] = activation_bytes_per_rank(
         config, layout, micro_batch_size(batch, layout), stage, dtype, balance)
     memory["total"] = sum(memory.values())

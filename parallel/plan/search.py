@@ -1,12 +1,15 @@
 """Enumerate every layout of a device count, drop what cannot run or fit, rank the rest.
 
-A layout is dp × tp × pp = devices with: tp dividing n_head (hence d_model and 4·d_model),
+A layout is dp × tp × pp (× cp) = devices with: tp dividing n_head (hence d_model and 4·d_model),
 tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
-dp·m. For each: every micro-batch count m, checkpointing on/off, sequence parallel
-on/off (only when tp > 1), ZeRO-1 on/off (only when dp > 1).
+dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
+(2·cp chunks). For each: every micro-batch count m, checkpointing on/off, sequence parallel
+on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1).
+
+`longest_sequence` answers the other question: the longest sequence some layout fits.
 """
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 from .cost import estimate
@@ -25,12 +28,16 @@ class Plan:
     smallest_rejected: object = None    # the Estimate that came closest to fitting
 
 
-def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejected):
-    """(dp, tp, pp) triples that satisfy the divisibility rules; count the others by rule."""
-    for tp in divisors(devices):
-        for pp in divisors(devices // tp):
-            dp = devices // (tp * pp)
-            if config.n_head % tp:
+def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejected, max_cp=1):
+    """(dp, tp, pp, cp) that satisfy the divisibility rules; count the others by rule."""
+    for tp, cp in product(divisors(devices), [c for c in divisors(devices) if c <= max_cp]):
+        if devices % (tp * cp):
+            continue
+        for pp in divisors(devices // (tp * cp)):
+            dp = devices // (tp * pp * cp)
+            if config.block_size % (2 * cp) and cp > 1:
+                rejected[f"grids with seq={config.block_size} not divisible by 2·cp"] += 1
+            elif config.n_head % tp:
                 rejected[f"grids with n_head={config.n_head} not divisible by tp"] += 1
             elif tp > devices_per_node and not allow_inter_node_tp:
                 rejected[f"grids with tp > {devices_per_node} devices per node"] += 1
@@ -39,30 +46,31 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
             elif batch % dp:
                 rejected[f"grids with batch={batch} not divisible by dp"] += 1
             else:
-                yield dp, tp, pp
+                yield dp, tp, pp, cp
 
 
-def candidate_layouts(dp, tp, pp, batch, schedule):
+def candidate_layouts(dp, tp, pp, batch, schedule, cp=1):
     for m in divisors(batch // dp):
         for checkpoint, sp, zero in product((False, True), repeat=3):
-            if (sp and tp == 1) or (zero and dp == 1):
+            if (sp and tp == 1) or (zero and dp * cp == 1):
                 continue
-            yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule)
+            yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp)
 
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
-         schedule="1f1b", allow_inter_node_tp=False):
+         schedule="1f1b", allow_inter_node_tp=False, max_cp=1):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
-    `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's."""
+    `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
+    `max_cp`: also try context parallelism up to this many ranks."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
     limit = memory_bytes if memory_bytes is not None else profile["memory_gib"] * 2**30
     result = Plan([])
-    for dp, tp, pp in grids(config, devices, batch, profile["devices_per_node"],
-                            allow_inter_node_tp, result.rejected):
-        for layout in candidate_layouts(dp, tp, pp, batch, schedule):
+    for dp, tp, pp, cp in grids(config, devices, batch, profile["devices_per_node"],
+                                allow_inter_node_tp, result.rejected, max_cp):
+        for layout in candidate_layouts(dp, tp, pp, batch, schedule, cp):
             est = estimate(config, layout, batch, profile, dtype)
             if est.memory["total"] <= limit:
                 result.ranked.append(est)
@@ -81,3 +89,27 @@ def rank_key(est):
     they are only worth it when needed to fit."""
     flags = est.layout.checkpoint + est.layout.sequence_parallel + est.layout.zero
     return float(f"{est.time['total']:.9g}"), flags, est.layout.micro_batches, est.memory["total"]
+
+
+def longest_sequence(config, devices, batch, profile, memory_bytes=None, dtype="float32",
+                     schedule="1f1b", allow_inter_node_tp=False, max_cp=1, limit=2**24):
+    """(s, fastest Estimate at s): the longest sequence s, a multiple of 2·max_cp (so every
+    cp up to max_cp can cut it), that some layout fits in memory; (0, None) if none does.
+    Memory grows with s, so doubling finds a bracket and bisection its end."""
+    step = 2 * max_cp
+
+    def best(multiple):
+        config_s = replace(config, block_size=multiple * step)
+        ranked = plan(config_s, devices, batch, profile, memory_bytes, dtype, schedule,
+                      allow_inter_node_tp, max_cp).ranked
+        return ranked[0] if ranked else None
+
+    if best(1) is None:
+        return 0, None
+    low, high = 1, 2
+    while high * step <= limit and best(high) is not None:
+        low, high = high, 2 * high
+    while high - low > 1:  # best(low) fits, best(high) does not (or is past the limit)
+        middle = (low + high) // 2
+        low, high = (middle, high) if best(middle) is not None else (low, middle)
+    return low * step, best(low)

@@ -74,7 +74,7 @@ def balance_of(config, pp):
 def run_layout(group, config, layout, batch, microbatches, steps):
     """Worker side: train one layout; (median step seconds, [memory of every rank])."""
     dp, tp, pp, zero = layout
-    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, group), microbatches=microbatches, zero=zero)
+    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero)
     model.configure_optimizer()
     rng = np.random.default_rng(0)
     idx = rng.integers(0, config.vocab_size, (batch, config.block_size))

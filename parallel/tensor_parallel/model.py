@@ -1,6 +1,6 @@
 """A GPT, or one pipeline stage of it, converted to tensor parallelism in one place.
 
-    TensorParallelStage(dense_stage, group, sequence_parallel=False, seed=0)
+    TensorParallelStage(dense_stage, group, sequence_parallel=False, seed=0, context=None)
         tok_emb  ─▶ VocabParallelEmbedding        pos_emb, ln_f ─▶ replicated copies
         blocks.i ─▶ ParallelBlock                  lm_head       ─▶ ColumnParallelLinear (padded vocab)
         drop     ─▶ Dropout on the tp rank's replicated (or, under SP, sharded) stream
@@ -12,7 +12,9 @@ The converted stage keeps the dense stage's module tree and parameter names; sha
 parameters carry `tp_axis` and `full_shape` (sharding.py). It inherits the GPT's
 `embed` and `head` and changes only what tensor parallelism changes: under sequence
 parallelism each rank adds the positions of its own slice of the sequence, (B, T/tp, C)
-between embed and head, and the loss is taken over the vocabulary shards.
+between embed and head, and the loss is taken over the vocabulary shards. Under context
+parallelism (`context`: a ContextParallel) the stage runs on the cp rank's tokens: their
+positions are added, and attention is a ring over the cp group.
 """
 import numpy as np
 
@@ -39,11 +41,12 @@ class TensorParallelStage(PipelineStage):
     """The dense PipelineStage `dense` with every part converted to TP over `group`.
 
     seed: the dropout streams, TensorParallelRNG(seed + stage, tp rank): each stage draws
-    its own masks, alike on the tp ranks where the activations are replicated."""
+    its own masks, alike on the tp ranks where the activations are replicated.
+    context: the cp rank's ContextParallel (its tokens, ring attention), or None."""
 
-    def __init__(self, dense, group, sequence_parallel=False, seed=0):
+    def __init__(self, dense, group, sequence_parallel=False, seed=0, context=None):
         super().__init__(dense, dense.blocks.indices(), dense.stage, dense.num_stages)  # the dense parts ...
-        self.group, self.sequence_parallel = group, sequence_parallel
+        self.group, self.sequence_parallel, self.context = group, sequence_parallel, context
         self.rng = TensorParallelRNG(seed + self.stage, group.rank)
         sp = sequence_parallel
         if self.is_first:  # ... each replaced by its TP form
@@ -53,7 +56,8 @@ class TensorParallelStage(PipelineStage):
                 self.seg_emb = replicated_copy(self.seg_emb, partial_grad=sp)
             self.drop = dropout_like(self.drop, self.rng, sharded=sp)
         for index in self.blocks.indices():
-            self.blocks[index] = ParallelBlock(self.blocks[index], group, sequence_parallel=sp, rng=self.rng)
+            self.blocks[index] = ParallelBlock(self.blocks[index], group, sequence_parallel=sp, rng=self.rng,
+                                               context=context)
         if self.is_last:
             self.ln_f = replicated_copy(self.ln_f, partial_grad=sp)
             if "lm_head" in self._modules:
@@ -65,15 +69,19 @@ class TensorParallelStage(PipelineStage):
         self.train(dense.training)
 
     def positions(self, t):
-        """Under SP this rank's slice of the sequence: its share of 0 .. t-1."""
+        """The positions of the t tokens this rank holds: 0 .. t-1, or under CP the cp rank's
+        positions in the whole sequence; under SP this tp rank's share of them."""
+        positions = np.arange(t) if self.context is None else self.context.positions(t)
         if not self.sequence_parallel:
-            return np.arange(t)
+            return positions
         check_sequence_parallel(t, self.group)
-        return np.arange(t).reshape(self.group.size, -1)[self.group.rank]
+        return positions.reshape(self.group.size, -1)[self.group.rank]
 
     def loss(self, logits, targets):
-        """Cross-entropy of the vocab-sharded logits (the lm_head's output stays split)."""
-        return vocab_parallel_cross_entropy(logits, targets, self.group, vocab_size=self.config.vocab_size)
+        """Cross-entropy of the vocab-sharded logits (the lm_head's output stays split); under CP
+        weighted so that the cp ranks' mean is the mean over every counted token (context.py)."""
+        loss = vocab_parallel_cross_entropy(logits, targets, self.group, vocab_size=self.config.vocab_size)
+        return loss if self.context is None else loss * self.context.loss_weight(targets)
 
     def generators(self):
         return self.rng.generators()

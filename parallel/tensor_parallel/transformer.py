@@ -8,7 +8,9 @@ So each block does two all-reduces forward (the g's) and two backward (the f's),
 one (batch, sequence, hidden) activation each. With sequence parallelism (Korthikanti
 et al. 2022) the LayerNorms and dropouts between them run on the rank's slice of the
 sequence, f is an all-gather and g a reduce-scatter: the same bytes, and the
-activations outside attention and MLP take 1/tp of the memory.
+activations outside attention and MLP take 1/tp of the memory. Under context
+parallelism (`context`, a context_parallel.ContextParallel) the rank's heads attend over
+the whole sequence by ring attention across the cp group.
 """
 from minitensor import nn
 from minitensor.models.gpt import attend
@@ -26,12 +28,17 @@ def dropout_like(dense_dropout, rng, sharded):
 
 class ParallelSelfAttention(TensorParallelModule):
     """The dense SelfAttention `dense` split by heads over `group`. rng: the tp rank's dropout
-    streams (default: seed 0)."""
+    streams (default: seed 0); context: a ContextParallel (ring attention over its cp group) or None."""
 
-    def __init__(self, dense, group, sequence_parallel=False, rng=None):
+    def __init__(self, dense, group, sequence_parallel=False, rng=None, context=None):
         super().__init__()
         self.local_heads = divide(dense.n_head, group, "ParallelSelfAttention: n_head")
-        self.group, self.sequence_parallel = group, sequence_parallel
+        if context is not None and dense.dropout:
+            raise ValueError(f"attention dropout {dense.dropout} under context parallelism "
+                             f"(cp={context.group.size}): ring attention has no dropout; use dropout 0")
+        if context is not None:
+            context.check_heads(self.local_heads)
+        self.group, self.sequence_parallel, self.context = group, sequence_parallel, context
         self.causal, self.dropout = dense.causal, dense.dropout
         self.rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
         # Rows h·d .. (h+1)·d of q, k, v belong to head h, so an equal split by rows is a split by whole heads.
@@ -42,9 +49,12 @@ class ParallelSelfAttention(TensorParallelModule):
 
     def forward(self, x):
         h = enter_column_parallel(x, self.group, self.sequence_parallel)  # once for q, k and v
-        with self.rng.fork_sharded():  # the attention probabilities of this rank's own heads
-            y = attend(self.q.local(h), self.k.local(h), self.v.local(h), self.local_heads, self.causal,
-                       self.dropout, self.training)
+        q, k, v = self.q.local(h), self.k.local(h), self.v.local(h)
+        if self.context is not None:  # this rank's tokens attend to every cp rank's
+            y = self.context.attend(q, k, v, self.local_heads, self.causal)
+        else:
+            with self.rng.fork_sharded():  # the attention probabilities of this rank's own heads
+                y = attend(q, k, v, self.local_heads, self.causal, self.dropout, self.training)
         return self.resid_drop(self.proj(y))
 
 
@@ -66,14 +76,15 @@ class ParallelMLP(TensorParallelModule):
 
 class ParallelBlock(TensorParallelModule):
     """The dense Block `dense` with parallel attention and MLP; LayerNorms replicated
-    (sequence-sharded under SP)."""
+    (sequence-sharded under SP). context: ring attention's ContextParallel, or None."""
 
-    def __init__(self, dense, group, sequence_parallel=False, rng=None):
+    def __init__(self, dense, group, sequence_parallel=False, rng=None, context=None):
         super().__init__()
         self.group = group
         rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
         self.ln_1 = replicated_copy(dense.ln_1, partial_grad=sequence_parallel)
-        self.attn = ParallelSelfAttention(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng)
+        self.attn = ParallelSelfAttention(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng,
+                                          context=context)
         self.ln_2 = replicated_copy(dense.ln_2, partial_grad=sequence_parallel)
         self.mlp = ParallelMLP(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng)
 

@@ -12,6 +12,9 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
+from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
+from ..context_parallel import LAYOUTS as CP_LAYOUTS
+from ..context_parallel import check_sequence_length
 from ..pipeline.schedules import SCHEDULES
 from .errors import configure_world, seconds
 from .loop import TrainingStopped, train
@@ -24,6 +27,7 @@ EXAMPLES = """examples:
   mpiexec -n 8 python -m mpi4py -m parallel.train --dp 2 --tp 2 --pp 2 --microbatches 4 --schedule 1f1b
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
   python -m parallel.train --model bert --threads 4 --tp 2 --pp 2 --check   # BERT, the same layers
+  python -m parallel.train --threads 4 --cp 2 --tp 2 --check   # context parallel: ring attention
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
@@ -40,7 +44,7 @@ run stops at that step on every rank); 2 bad flags or destinations, before any t
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m parallel.train", epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Train a small GPT with data × tensor × pipeline parallelism.")
+                                description="Train a small GPT with data × tensor × pipeline (× context) parallelism.")
     model = p.add_argument_group("model and data (defaults: minitensor.data.recommended_config())")
     model.add_argument("--model", choices=["gpt", "bert"], default="gpt",
                        help="gpt: next-token addition; bert: fill in masked digits (MLM, 15%% / 80-10-10)")
@@ -59,7 +63,7 @@ def build_parser():
     train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")
     train.add_argument("--seed", type=int, help="seed of the weights and of the batches")
-    layout = p.add_argument_group("layout: world size = dp × tp × pp")
+    layout = p.add_argument_group("layout: world size = dp × tp × pp × cp")
     layout.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage")
     layout.add_argument("--pp", type=int, default=1, help="pipeline stages (ranks)")
@@ -69,6 +73,11 @@ def build_parser():
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
     layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
     layout.add_argument("--zero", action="store_true", help="ZeRO-1: shard the AdamW moments over dp")
+    layout.add_argument("--cp", type=int, default=1, help="context-parallel ranks: the sequence split, ring attention")
+    layout.add_argument("--cp-layout", choices=CP_LAYOUTS, default="zigzag",
+                        help="tokens of each cp rank: zigzag (balanced causal work) or contiguous")
+    layout.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, default="p2p",
+                        help="cp attention: p2p = ring attention, a2a = Ulysses all-to-alls (heads/tp divisible by cp)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
@@ -103,7 +112,7 @@ def fill_defaults(args):
     return args
 
 
-RANGES = {**dict.fromkeys(("dp", "tp", "pp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
+RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check"), AT_LEAST_1),
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
           **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every"), AT_LEAST_0)}
@@ -114,9 +123,10 @@ def check_args(args, world_size):
     message = bad_flag(args, RANGES)
     if message:
         raise ValueError(message)
-    layout = args.dp * args.tp * args.pp
+    layout = args.dp * args.tp * args.pp * args.cp
     if layout != world_size:
-        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp} = {layout} ranks, "
+        cp = f" x --cp {args.cp}" if args.cp > 1 else ""
+        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}{cp} = {layout} ranks, "
                          f"but the world has {world_size}")
     if args.n_head % args.tp:
         raise ValueError(f"--n-head {args.n_head} is not divisible by --tp {args.tp}")
@@ -125,6 +135,18 @@ def check_args(args, world_size):
     if args.batch % (args.dp * args.microbatches):
         raise ValueError(f"--batch {args.batch} is not divisible by --dp {args.dp} x --microbatches "
                          f"{args.microbatches} = {args.dp * args.microbatches}")
+    if args.cp > 1:
+        try:
+            check_sequence_length(args.block_size, args.cp, args.cp_layout)
+        except ValueError as error:
+            raise ValueError(f"--cp {args.cp} --cp-layout {args.cp_layout}: {error} "
+                             f"(addition: the length is 3·digits + 2; try --digits 2)") from None
+        if args.cp_comm_type == "a2a" and args.n_head // args.tp % args.cp:
+            raise ValueError(f"--cp-comm-type a2a needs the heads per tp rank, --n-head {args.n_head} / --tp "
+                             f"{args.tp} = {args.n_head // args.tp}, divisible by --cp {args.cp}")
+        if args.sequence_parallel and args.block_size // args.cp % args.tp:
+            raise ValueError(f"--sequence-parallel with --cp {args.cp} needs the sequence length {args.block_size} "
+                             f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")
     if args.sequence_parallel and args.block_size % args.tp:
         raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
                          f"--tp {args.tp} (addition: the length is 3·digits + 2; try --digits 2)")

@@ -33,9 +33,10 @@ def build(args, task, group):
     config = BertConfig(**sizes, sep_id=SEP) if args.model == "bert" else GPTConfig(**sizes)
     mt.manual_seed(args.seed)
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
-    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, world=group), microbatches=args.microbatches,
+    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
-                      checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed)
+                      checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,
+                      cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
     return model
 

@@ -10,7 +10,7 @@ from ..plan.model import dense_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
-GROUPS = ("dp", "tp", "pp", "embedding")  # embedding: the tied copies of a BERT (pipeline.tied)
+GROUPS = ("dp", "tp", "pp", "cp", "dp_cp", "embedding")  # cp, dp_cp: context parallelism; embedding: a BERT's tied copies
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 COUNTS = ("calls", "elements", "bytes")
 
@@ -43,7 +43,8 @@ def startup_summary(args, model, group):
         blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
         f"task: {task}; {config.name} n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
-        f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}, schedule {args.schedule} with "
+        f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}"
+        + context_parallel_text(args, mesh) + f", schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")
         + (", " + ", ".join(switches) if switches else ""),
         f"global batch {args.batch}" + (f" x {args.accumulate} accumulated" if args.accumulate > 1 else "")
@@ -53,6 +54,14 @@ def startup_summary(args, model, group):
         + f"  (single device: {dense_param_count(config):,})",
     ]
     return "\n".join(lines)
+
+
+def context_parallel_text(args, mesh):
+    """' cp=2 (zigzag, ring attention)' for the layout line; '' without context parallelism."""
+    if mesh.cp == 1:
+        return ""
+    attention = "Ulysses all-to-all" if args.cp_comm_type == "a2a" else "ring attention"
+    return f" cp={mesh.cp} ({args.cp_layout}, {attention})"
 
 
 def progress_line(step, steps, loss, tokens, elapsed, done):

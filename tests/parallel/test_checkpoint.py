@@ -125,7 +125,7 @@ def test_manifest_records_config_layout_checksums_and_pieces(tmp_path):
     step_dir, manifest = open_manifest(tmp_path)
     assert step_dir.name == "step_000001" and (tmp_path / "latest").read_text().strip() == "step_000001"
     assert manifest["config"]["n_head"] == CONFIG.n_head and manifest["step"] == 1
-    assert manifest["mesh"] == {"dp": 2, "tp": 2, "pp": 1} and manifest["layout"]["zero"] is True
+    assert manifest["mesh"] == {"dp": 2, "tp": 2, "pp": 1, "cp": 1} and manifest["layout"]["zero"] is True
     assert manifest["optimizer"]["type"] == "ZeroOptimizer" and manifest["optimizer"]["defaults"]["lr"] == 1e-2
     for name, facts in manifest["files"].items():
         data = (step_dir / name).read_bytes()

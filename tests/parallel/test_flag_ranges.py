@@ -4,9 +4,9 @@ import pytest
 
 import minitensor.bench
 import parallel.bench.allreduce
-import parallel.bench.prune
 import parallel.bench.dp
 import parallel.bench.pp
+import parallel.bench.prune
 import parallel.bench.tp
 import parallel.compress.__main__ as compress_cli
 import parallel.plan.__main__ as plan_cli

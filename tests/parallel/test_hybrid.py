@@ -86,7 +86,7 @@ def test_each_rank_holds_its_stage_and_shard_under_single_device_names():
         sharded = {name: (p.tp_axis, p.full_shape) for name, p in named if hasattr(p, "tp_axis")}
         return model.mesh.coords, [stage.stage for stage in model.stages], [name for name, _ in named], sharded
 
-    for (dp_rank, tp_rank, pp_rank), stage_ids, names, sharded in run_threads(4, local_view):
+    for (dp_rank, tp_rank, pp_rank, _), stage_ids, names, sharded in run_threads(4, local_view):
         assert stage_ids == [pp_rank, 2 + pp_rank]  # chunk c of pp rank r is stage c·pp + r
         blocks = sorted({int(name.split(".")[1]) for name in names if name.startswith("blocks.")})
         assert blocks == stage_ids  # balanced 4 blocks over 4 stages

@@ -35,7 +35,7 @@ def main(dp, tp, pp, ranks_per_node):
 
     # One row per rank: rank, coordinates, then the members of its tp, dp and pp groups.
     members = {axis: group_members(getattr(mesh, f"{axis}_group"), world.rank) for axis in AXES}
-    row = np.concatenate([[world.rank, *mesh.coords], *(members[axis] for axis in AXES)])
+    row = np.concatenate([[world.rank, mesh.dp_rank, mesh.tp_rank, mesh.pp_rank], *(members[axis] for axis in AXES)])
     rows = world.all_gather(row[None, :], axis=0)
     say("\nevery rank, its coordinates and the ranks it talks to in each group:")
     for r, d, t, p, *rest in rows.tolist():

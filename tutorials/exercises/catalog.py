@@ -52,6 +52,10 @@ TESTS = {
              f"{PLAN}/test_plan_cost.py::test_time_parts_and_bubble_fraction"],
     "10.2": [f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches",
              f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches_are_the_schedule_checkers_peaks"],
+    "15.1": ["tests/parallel/context_parallel/test_ring_attention.py::"
+             "test_the_log_sum_exp_merge_of_two_blocks_is_softmax_over_both",
+             "tests/parallel/context_parallel/test_ring_attention.py::"
+             "test_each_rank_holds_its_slice_of_full_attention_and_its_gradients"],
 }
 
 # --- chapter 16: smaller models (BERT's masking, pruning, distillation) ---

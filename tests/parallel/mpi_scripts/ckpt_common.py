@@ -25,9 +25,9 @@ def dense_gpt(config=CONFIG, seed=0):
     return GPT(config, dtype=np.float64)
 
 
-def hybrid(dp=1, tp=1, pp=1, zero=False, microbatches=2, config=CONFIG, **layout):
+def hybrid(dp=1, tp=1, pp=1, zero=False, microbatches=2, config=CONFIG, cp=1, **layout):
     """This rank's HybridGPT with its AdamW / ZeRO optimizer, on the current world."""
-    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp), microbatches=microbatches, zero=zero, **layout)
+    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, cp), microbatches=microbatches, zero=zero, **layout)
     model.configure_optimizer(lr=LR, weight_decay=WEIGHT_DECAY)
     return model
 

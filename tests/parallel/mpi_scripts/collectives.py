@@ -82,7 +82,7 @@ def check_split_and_mesh(group):
     np.testing.assert_array_equal(sub.all_gather(np.array([rank])), members)
     for dp, tp, pp in [(d, t, n // (d * t)) for d in (1, 2, 4) for t in (1, 2, 4) if n % (d * t) == 0]:
         mesh = parallel.Mesh(dp=dp, tp=tp, pp=pp)
-        d, t, p = mesh.coords
+        d, t, p, _ = mesh.coords
         assert rank == mesh.rank_of(d, t, p)
         np.testing.assert_array_equal(mesh.tp_group.all_gather(np.array([rank])),
                                       [mesh.rank_of(d, i, p) for i in range(tp)])

@@ -57,10 +57,11 @@ def run_single(config, seed, batches, accumulate):
 
 
 def run_hybrid(layout, config, seed, batches, accumulate):
-    """The same steps on this rank's part of the 3D model; the layout is a dict of
-    dp, tp, pp, microbatches, schedule, chunks, sequence_parallel, checkpoint_activations, zero."""
+    """The same steps on this rank's part of the 3D (4D) model; the layout is a dict of
+    dp, tp, pp, microbatches, schedule, chunks, sequence_parallel, checkpoint_activations, zero
+    (and optionally cp, cp_layout)."""
     layout = dict(layout)
-    mesh = Mesh(layout.pop("dp"), layout.pop("tp"), layout.pop("pp"))
+    mesh = Mesh(layout.pop("dp"), layout.pop("tp"), layout.pop("pp"), layout.pop("cp", 1))
     model = HybridGPT(make_model(config, seed), mesh, **layout)
     model.configure_optimizer(lr=LR, weight_decay=WEIGHT_DECAY)
     history = []
