@@ -135,6 +135,9 @@ def check_args(args, world_size):
     if args.batch % (args.dp * args.microbatches):
         raise ValueError(f"--batch {args.batch} is not divisible by --dp {args.dp} x --microbatches "
                          f"{args.microbatches} = {args.dp * args.microbatches}")
+    if args.cp > 1 and args.model == "bert":
+        raise ValueError(f"--cp {args.cp} with --model bert: a BERT's segment of each token counts the separators "
+                         "before it in the whole sequence, which a cp rank does not hold; use --cp 1")
     if args.cp > 1:
         try:
             check_sequence_length(args.block_size, args.cp, args.cp_layout)
