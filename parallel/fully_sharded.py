@@ -143,15 +143,15 @@ class Pass:
 class Sharding:
     """The units of one module tree and the order their all-gathers run in (module docstring).
 
-    `units`: [(name, parameters)], `group`: the dp group (gathers run on a copy of it),
-    `reducer`: the ShardedReducer whose buckets hold the same parameter lists,
+    `names`: the units' names, `buckets`: the ShardedReducer's buckets holding their
+    parameters (in the same order), `group`: the dp group (gathers run on a copy of it),
     `prefetch`: how many gathers are issued ahead in forward and in backward."""
 
-    def __init__(self, names, reducer, group, prefetch=1):
+    def __init__(self, names, buckets, group, prefetch=1):
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} must be a non-negative int")
         self.group = group.split(0)  # the gathers' own communicator
-        self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, reducer.buckets)]
+        self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
         self.by_param = {id(p): unit for unit in self.units for p in unit.params}
         self.prefetch = prefetch
         self.forward_order = list(self.units)  # the last pass's order of uses (prefetch follows it)
@@ -347,6 +347,12 @@ def fully_shard(module, sharding, unit=None):
     return module
 
 
+def held_bytes(arrays):
+    """Bytes of memory the arrays hold: each owning buffer once, a freed placeholder none."""
+    owners = {id(o): o for o in map(owner, arrays)}
+    return sum(o.nbytes for o in owners.values() if o is not _FREED.get(o.dtype))
+
+
 def gather_grad_shards(buckets, group):
     """{id(parameter): its full averaged gradient} from every rank's grad shards (collective)."""
     grads = {}
@@ -395,7 +401,7 @@ class FullyShardedDataParallel(DataParallel):
         super().__init__(module, group, bucket_mb)
         self.sharding = None
         if stage == 3:
-            self.sharding = Sharding([name for name, _ in self.units[::-1]], self.reducer, group, prefetch)
+            self.sharding = Sharding([name for name, _ in self.units[::-1]], self.reducer.buckets, group, prefetch)
             by_name = {unit.name: unit for unit in self.sharding.units}
             modules = dict(module.named_modules())
             for name in units:

@@ -6,8 +6,15 @@
                               (heads, MLP columns, vocabulary; SP: the sequence between them)
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
                        DP: average over dp (DataParallel's buckets; under ZeRO-1 the
-                           optimizer's reduce-scatter does it)
+                           optimizer's reduce-scatter does it, under ZeRO-2/3 the
+                           reducer reduce-scatters and keeps this rank's chunk)
         ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
+
+ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
+token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
+unit is all-gathered for each micro-batch's forward and backward and freed after. Its
+gradients are reduce-scattered once per step, after the schedule, where the dp mean
+of every other layout happens too.
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
@@ -18,16 +25,19 @@ Gradient accumulation: `train_step` ADDS the gradient of one global batch to `.g
 `optimizer_step()` first finishes the sync (dividing by the number of accumulated
 batches, so the step sees the gradient of their mean loss), then steps and zeroes.
 """
+import contextlib
+
 import numpy as np
 
 from minitensor.optim import AdamW
 
 from .comm.gather import gather_named_arrays
 from .data_parallel import broadcast_parameters
+from .fully_sharded import Sharding, fully_shard, gather_grad_shards
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
-from .reducer import Reducer
+from .reducer import Reducer, ShardedReducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
 
@@ -38,31 +48,66 @@ class HybridGPT(ParallelModel):
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
-    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations,
-    zero (ZeRO-1 optimizer over dp): switches; seed: the TP dropout streams.
+    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations:
+    switches; zero: the ZeRO stage over dp (0 or False: plain, 1 or True: sharded AdamW
+    moments, 2: + gradients, 3: + parameters); prefetch: ZeRO-3 all-gathers issued ahead;
+    seed: the TP dropout streams.
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0):
+                 sequence_parallel=False, checkpoint_activations=False, zero=0, seed=0, prefetch=1):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
-        self.config, self.mesh, self.zero = config, mesh, zero
+        if int(zero) not in (0, 1, 2, 3):
+            raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
+        self.config, self.mesh, self.zero = config, mesh, int(zero)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed) for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
-        # The dp mean goes through the reducer's buckets, last parameters first; under ZeRO
+        # The dp mean goes through the reducer's buckets, last parameters first; under ZeRO-1
         # the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
-        self.dp_reducer = None
-        if not zero:
+        self.dp_reducer, self.shardings = None, []
+        if self.zero != 1:
             broadcast_parameters(self.parameters(), mesh.dp_group)  # the replicas start as one model
             trainable = [p for p in self.parameters() if p.requires_grad]
-            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
+            if self.zero == 0:
+                self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
+            elif self.zero == 2:
+                self.dp_reducer = ShardedReducer(trainable[::-1], mesh.dp_group)
+            else:
+                self.shard_parameters(prefetch)
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
+
+    def shard_parameters(self, prefetch):
+        """ZeRO-3: each stage's units; the reducer starts with the last stage's last unit."""
+        units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
+                 for stage in self.stages]
+        units = [[(name, params) for name, params in chunk if params] for chunk in units]
+        self.dp_reducer = ShardedReducer([], self.mesh.dp_group,
+                                         param_lists=[params for chunk in units for _, params in chunk][::-1])
+        buckets = self.dp_reducer.buckets[::-1]
+        for stage, chunk in zip(self.stages, units):
+            mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
+            sharding = Sharding([name for name, _ in chunk], mine, self.mesh.dp_group, prefetch)
+            modules = dict(stage_units(stage))
+            for unit in sharding.units:
+                fully_shard(modules[unit.name], sharding, unit)
+            fully_shard(stage, sharding)
+            self.shardings.append(sharding)
+
+    @contextlib.contextmanager
+    def full_parameters(self, writeback=False):
+        """ZeRO-3: every parameter gathered for the block (written back to the shards after, if
+        writeback); otherwise nothing to do."""
+        with contextlib.ExitStack() as stack:
+            for sharding in self.shardings:
+                stack.enter_context(sharding.full_parameters(writeback))
+            yield
 
     def layout(self):
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, "microbatches": self.microbatches,
@@ -80,9 +125,11 @@ class HybridGPT(ParallelModel):
         return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
 
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        """AdamW on this rank's parameters, or ZeRO-1 AdamW sharded over dp; kept as `self.optimizer`."""
+        """AdamW on this rank's parameters, or ZeRO AdamW sharded over dp; kept as `self.optimizer`."""
         if self.zero:
-            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_group, lr, betas, eps, weight_decay)
+            buckets = self.dp_reducer.buckets if self.zero > 1 else None
+            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_group, lr, betas, eps, weight_decay,
+                                           self.zero, buckets)
         else:
             self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
         return self.optimizer
@@ -127,6 +174,8 @@ class HybridGPT(ParallelModel):
             for p in self.parameters():
                 if p.grad is not None:
                     p.grad /= self.accumulated
+        for sharding in self.shardings:
+            sharding.finish()
         if self.dp_reducer is not None:
             self.dp_reducer.finish()
         self.synced = True
@@ -141,6 +190,8 @@ class HybridGPT(ParallelModel):
 
     def zero_grad(self):
         self.pipeline.zero_grad()
+        if self.zero > 1:
+            self.dp_reducer.zero_grad_shards()
         self.accumulated, self.synced = 0, False
 
     # --- the dense, single-device view (collectives over the whole mesh) -----------
@@ -152,18 +203,29 @@ class HybridGPT(ParallelModel):
 
     def full_state_dict(self):
         local = {}
-        for stage in self.stages:
-            local.update(stage.full_state_dict())
+        with self.full_parameters():
+            for stage in self.stages:
+                local.update(stage.full_state_dict())
         return self._merge(local)
 
     def full_grads(self):
         """Single-device-named gradients of the synced step (finishes the sync first);
-        under ZeRO the dp mean is taken here, since the raw gradients are still local."""
+        under ZeRO-1 the dp mean is taken here, since the raw gradients are still local;
+        under ZeRO-2/3 every rank's chunk is gathered."""
         self.finish_grad_sync()
+        params = self.parameters()
+        if self.zero > 1:  # the averaged gradients, whole, only for this call
+            grads = gather_grad_shards(self.dp_reducer.buckets, self.mesh.dp_group)
+            for p in params:
+                p.grad = grads.get(id(p))
         local = {}
-        for stage in self.stages:
-            local.update(stage.full_grads())
-        if self.zero:
+        with self.full_parameters():
+            for stage in self.stages:
+                local.update(stage.full_grads())
+        if self.zero > 1:
+            for p in params:
+                p.grad = None
+        if self.zero == 1:
             local = {name: self.mesh.dp_group.all_reduce(g) / self.mesh.dp for name, g in local.items()}
         return self._merge(local)
 
@@ -172,9 +234,10 @@ class HybridGPT(ParallelModel):
         missing = [name for name in self.dense_names if name not in state]
         if missing:
             raise KeyError(f"load_full_state_dict: missing keys {missing}")
-        for stage in self.stages:
-            names = [name for name, _ in stage.named_parameters()]
-            stage.load_full_state_dict({name: state[name] for name in names})
+        with self.full_parameters(writeback=True):
+            for stage in self.stages:
+                names = [name for name, _ in stage.named_parameters()]
+                stage.load_full_state_dict({name: state[name] for name in names})
 
     def events(self):
         return self.pipeline.events
@@ -182,7 +245,10 @@ class HybridGPT(ParallelModel):
     # --- what the layout costs -------------------------------------------------------
 
     def groups(self):
-        return {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
+        """The groups that communicate; under ZeRO-3 also the dp copies the parameter gathers use."""
+        groups = {"dp": self.mesh.dp_group, "tp": self.mesh.tp_group, "pp": self.mesh.pp_group}
+        groups.update({f"dp-params.{i}": sharding.group for i, sharding in enumerate(self.shardings)})
+        return groups
 
     def communication_stats(self):
         """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
@@ -193,3 +259,10 @@ class HybridGPT(ParallelModel):
     def reset_communication_stats(self):
         for group in self.groups().values():
             group.reset_stats()
+
+
+def stage_units(stage):
+    """[(single-device name, module)] of a pipeline stage's ZeRO-3 units, in forward order."""
+    first = [("tok_emb", stage.tok_emb), ("pos_emb", stage.pos_emb)] if stage.is_first else []
+    last = [("ln_f", stage.ln_f), ("lm_head", stage.lm_head)] if stage.is_last else []
+    return first + [(f"blocks.{i}", stage.blocks[i]) for i in stage.blocks.indices()] + last
