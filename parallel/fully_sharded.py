@@ -131,13 +131,17 @@ class SavedParameter:
 
 class Pass:
     """One forward pass through a Sharding: its uses in the order they finished; backward
-    gathers, in reverse, those that saved a reference (fixed when the pass ends)."""
+    gathers every one again, in reverse (fixed when the pass ends). A use whose graph saved
+    no parameter (an embedding's backward needs only the indices) is never read: gathered
+    in its place all the same, so the count is the formula's, two gathers per use."""
 
     def __init__(self):
         self.uses, self.started, self.gathers = [], [], []
 
     def close(self):
-        self.gathers = [use for use in reversed(self.uses) if use.refs]
+        self.gathers = self.uses[::-1]
+        for use in self.gathers:
+            use.needed = use.refs > 0
 
 
 class Sharding:
@@ -145,16 +149,19 @@ class Sharding:
 
     `names`: the units' names, `buckets`: the ShardedReducer's buckets holding their
     parameters (in the same order), `group`: the dp group (gathers run on a copy of it),
-    `prefetch`: how many gathers are issued ahead in forward and in backward."""
+    `prefetch`: how many gathers are issued ahead in forward and in backward; `first_order`:
+    the unit names in the order the first forward is expected to use them (default `names`)."""
 
-    def __init__(self, names, buckets, group, prefetch=1):
+    def __init__(self, names, buckets, group, prefetch=1, first_order=None):
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} must be a non-negative int")
         self.group = group.split(0)  # the gathers' own communicator
         self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
         self.by_param = {id(p): unit for unit in self.units for p in unit.params}
         self.prefetch = prefetch
-        self.forward_order = list(self.units)  # the last pass's order of uses (prefetch follows it)
+        by_name = {unit.name: unit for unit in self.units}
+        # the last pass's order of uses, which the forward prefetch follows
+        self.forward_order = [by_name[name] for name in first_order or names]
         self.passes, self.current, self.running = [], None, []
         self.prefetched = {}  # unit -> its forward gather issued ahead
         self.events, self.t0 = [], time.perf_counter()
@@ -236,16 +243,10 @@ class Sharding:
         if use not in use.a_pass.gathers or use.issued and use.request is None:
             raise RuntimeError(f"unit {use.unit.name} is read in backward after its scheduled all-gather: "
                                f"the gathers would no longer match across ranks")
-        # exercise 13.3: the stage-3 backward gathers, in the pass's order
-        # hint: walk order = use.a_pass.gathers; issue (self.issue(unit, "backward")) every entry not yet issued up
-        # hint: to `use` plus self.prefetch more, and the following ones no later entry of this rank needs.
         order = use.a_pass.gathers
-        position = order.index(use)
-        for k, other in enumerate(order):
-            unneeded_after = all(not o.needed for o in order[position + 1:k + 1])
-            if not other.issued and (k <= position + self.prefetch or unneeded_after):
-                other.request, other.issued = self.issue(other.unit, "backward"), True
-        # end exercise
+        due = gathers_due([o.needed for o in order], [o.issued for o in order], order.index(use), self.prefetch)
+        for k in due:
+            order[k].request, order[k].issued = self.issue(order[k].unit, "backward"), True
         use.full = self.wait(use.request, use.unit, "backward")
         use.request = None
         self.note_gathered()
@@ -333,6 +334,60 @@ class Sharding:
         return [("forward", n) for n in names] + [("backward", n) for n in reversed(names)]
 
 
+def gathers_due(needed, issued, position, prefetch):
+    """Which backward gathers of a pass (indices into its list) to issue now that entry
+    `position` is read: every one not yet issued up to it, `prefetch` more, and those after
+    it that this rank will never read until the next it will (needed[k] False): so every
+    rank issues the whole list, in order, whatever its loss reaches."""
+    # exercise 13.3: the stage-3 backward gathers, in the pass's order
+    # hint: entry k is due if not issued[k] and either k <= position + prefetch, or every entry
+    # hint: position+1 .. k is one this rank will not read (not needed).
+    due = []
+    for k in range(len(needed)):
+        unneeded_between = not any(needed[position + 1:k + 1])
+        if not issued[k] and (k <= position + prefetch or unneeded_between):
+            due.append(k)
+    return due
+    # end exercise
+
+
+def check_gathers(needed_by_rank, prefetch):
+    """Simulate one pass's backward gathers on every rank (needed_by_rank[r][k]: does rank r's
+    backward read entry k; ranks read their entries in order) under `gathers_due`, with
+    collectives that complete once every rank has issued them. Returns each rank's issue
+    order; raises ValueError on a deadlock or if two ranks issue different sequences."""
+    ranks = len(needed_by_rank)
+    length = len(needed_by_rank[0])
+    issued = [[False] * length for _ in range(ranks)]
+    sequences = [[] for _ in range(ranks)]
+    reads = [[k for k in range(length) if needed[k]] for needed in needed_by_rank]
+    progress = True
+    while progress:
+        progress = False
+        for r in range(ranks):
+            if reads[r]:
+                position = reads[r][0]
+                for k in gathers_due(needed_by_rank[r], issued[r], position, prefetch):
+                    issued[r][k] = True
+                    sequences[r].append(k)
+                    progress = True
+                if all(issued[s][position] for s in range(ranks)):  # the wait completes
+                    reads[r].pop(0)
+                    progress = True
+            elif not all(issued[r]):  # the step's sync point: issue the rest, in order
+                for k in range(length):
+                    if not issued[r][k]:
+                        issued[r][k] = True
+                        sequences[r].append(k)
+                progress = True
+    stuck = {r: reads[r][0] for r in range(ranks) if reads[r]}
+    if stuck:
+        raise ValueError(f"deadlock: ranks wait for backward gathers {stuck}, issued {sequences}")
+    if any(sequence != sequences[0] for sequence in sequences):
+        raise ValueError(f"ranks issue different gather sequences: {sequences}")
+    return sequences
+
+
 def fully_shard(module, sharding, unit=None):
     """Run `module`'s forward as one use of `unit` (in place, as FSDP2's fully_shard: names and
     attributes stay); without a unit, as one forward pass of `sharding`."""
@@ -401,7 +456,9 @@ class FullyShardedDataParallel(DataParallel):
         super().__init__(module, group, bucket_mb)
         self.sharding = None
         if stage == 3:
-            self.sharding = Sharding([name for name, _ in self.units[::-1]], self.reducer.buckets, group, prefetch)
+            names = [name for name, _ in self.units]
+            self.sharding = Sharding(names[::-1], self.reducer.buckets, group, prefetch, names[-1:] + names[:-1]
+                                     if names[-1] == "root" else names)
             by_name = {unit.name: unit for unit in self.sharding.units}
             modules = dict(module.named_modules())
             for name in units:

@@ -141,7 +141,7 @@ class ZeroOptimizer(Optimizer):
             for p, where in zip(bucket.params, bucket.slices):
                 lo, hi = max(chunk.start, where.start), min(chunk.stop, where.stop)
                 if lo < hi:
-                    yield p, lo - where.start, hi - where.start, state.start + lo - chunk.start
+                    yield p, int(lo - where.start), int(hi - where.start), int(state.start + lo - chunk.start)
 
     def load_param_moments(self, moments, step):
         """Set the state from whole per-parameter moments: `moments` maps id(parameter) to

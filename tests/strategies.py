@@ -103,3 +103,12 @@ def zero_bubble_layouts(draw, max_world=8):
     schedule = draw(st.sampled_from(["zb-h1", "zb-h2", "1f1b", "gpipe"]))
     layout = dict(drawn["layout"], schedule=schedule, chunks=1, microbatches=draw(st.integers(1, 8)))
     return dict(drawn, layout=layout)
+
+# --- parallel.fully_sharded (ZeRO stages in 3D) -------------------------------------
+
+@st.composite
+def zero_layouts(draw, max_world=8):
+    """`hybrid_layouts` with dp ≥ 2 where it fits and the ZeRO stage drawn from 0..3."""
+    drawn = draw(hybrid_layouts(max_world))
+    layout = dict(drawn["layout"], zero=draw(st.sampled_from([0, 1, 2, 3])))
+    return dict(drawn, layout=layout)

@@ -65,7 +65,9 @@ def build_parser():
     layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v)")
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
     layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
-    layout.add_argument("--zero", action="store_true", help="ZeRO-1: shard the AdamW moments over dp")
+    layout.add_argument("--zero", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2, 3), metavar="STAGE",
+                        help="ZeRO stage over dp: 1 (plain --zero) shards the AdamW moments, 2 also the "
+                        "gradients, 3 also the parameters (0: off)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
