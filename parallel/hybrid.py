@@ -252,9 +252,15 @@ class HybridGPT(ParallelModel):
 
     def communication_stats(self):
         """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
-        A group of one rank is left out: its collectives move nothing."""
-        return {(name, kind): counts for name, group in self.groups().items() if group.size > 1
-                for kind, counts in group.stats().items()}
+        A group of one rank is left out: its collectives move nothing. ZeRO-3's parameter
+        gathers (on copies of the dp group) count as dp."""
+        stats = {}
+        for name, group in self.groups().items():
+            for kind, counts in (group.stats().items() if group.size > 1 else ()):
+                into = stats.setdefault((name.split("-")[0], kind), dict.fromkeys(counts, 0))
+                for count, value in counts.items():
+                    into[count] += value
+        return stats
 
     def reset_communication_stats(self):
         for group in self.groups().values():
