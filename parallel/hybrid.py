@@ -33,7 +33,7 @@ from minitensor.optim import AdamW
 
 from .comm.gather import gather_named_arrays
 from .data_parallel import broadcast_parameters
-from .fully_sharded import Sharding, fully_shard, gather_grad_shards
+from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
@@ -75,21 +75,22 @@ class HybridGPT(ParallelModel):
             trainable = [p for p in self.parameters() if p.requires_grad]
             if self.zero == 0:
                 self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
-            elif self.zero == 2:
-                self.dp_reducer = ShardedReducer(trainable[::-1], mesh.dp_group)
             else:
-                self.shard_parameters(prefetch)
+                self.shard_units(prefetch)
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
 
-    def shard_parameters(self, prefetch):
-        """ZeRO-3: each stage's units; the reducer starts with the last stage's last unit."""
+    def shard_units(self, prefetch):
+        """ZeRO-2/3: one reduce-scatter bucket per unit of each stage (FSDP's units serve both
+        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters."""
         units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
                  for stage in self.stages]
         units = [[(name, params) for name, params in chunk if params] for chunk in units]
         self.dp_reducer = ShardedReducer([], self.mesh.dp_group,
                                          param_lists=[params for chunk in units for _, params in chunk][::-1])
+        if self.zero == 2:
+            return
         buckets = self.dp_reducer.buckets[::-1]
         for stage, chunk in zip(self.stages, units):
             mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
@@ -243,6 +244,21 @@ class HybridGPT(ParallelModel):
         return self.pipeline.events
 
     # --- what the layout costs -------------------------------------------------------
+
+    def memory_bytes(self):
+        """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
+        placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
+        ZeRO-3's all-gathered units since the last reset_memory_peak()."""
+        params = self.parameters()
+        buckets = self.dp_reducer.buckets if self.zero > 1 else []
+        return {"params": held_bytes([p.data for p in params] + [b.param_shard for b in buckets if self.zero == 3]),
+                "grads": held_bytes([p.grad for p in params if p.grad is not None] + [b.grad_shard for b in buckets]),
+                "optim": self.optimizer.state_bytes() if self.optimizer else 0,
+                "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
+
+    def reset_memory_peak(self):
+        for sharding in self.shardings:
+            sharding.reset_peak()
 
     def groups(self):
         """The groups that communicate; under ZeRO-3 also the dp copies the parameter gathers use."""

@@ -13,7 +13,7 @@ slight over-estimate. Other dtypes scale the formula by bytes/2. The last stage'
 logits are not counted.
 """
 from .layout import get_precision
-from .model import param_count, stage_layers
+from .model import stage_layers, unit_param_counts
 
 
 def _coords(rank_coords):
@@ -24,23 +24,33 @@ def _coords(rank_coords):
 
 
 def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
-                         zero=False, balance=None):
+                         zero=0, balance=None):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
     `rank_coords(layout, rank)` for a global rank) or a dict with keys dp, tp, pp.
-    ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state.
+    `zero` is the ZeRO stage (Rajbhandari et al. 2020; K = AdamW's states, P elements):
+        0  P·param + P·grad + P·optim bytes
+        1  P·param + P·grad + ceil(P/dp)·optim      (one flat vector, dp equal chunks)
+        2  P·param + P/dp·grad + P/dp·optim         (P/dp = Σ over units of ceil(P_unit/dp):
+        3  P/dp·param + P/dp·grad + P/dp·optim       each unit is cut into dp equal chunks)
+    ZeRO-3's transient all-gathered units are not in these static figures.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
         if not 0 <= index < size:
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
-    count = param_count(config, tp, pp, pp_rank, balance)
-    optim_count = -(-count // dp) if zero else count
-    return {"params": count * precision.param_bytes,
-            "grads": count * precision.grad_bytes,
+    # exercise 13.4: the ZeRO memory formulas per stage
+    # hint: count = Σ unit counts; sharded = Σ ceil(unit / dp); ZeRO-1's optimizer holds ceil(count / dp);
+    # hint: from stage 2 the gradients and the optimizer hold `sharded`, from stage 3 the parameters too.
+    units = unit_param_counts(config, tp, pp, pp_rank, balance)
+    count, sharded = sum(units), sum(-(-unit // dp) for unit in units)
+    optim_count = {0: count, 1: -(-count // dp)}.get(int(zero), sharded)
+    return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
+            "grads": (sharded if zero >= 2 else count) * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes}
+    # end exercise
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
@@ -87,11 +97,22 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     return total
 
 
+def gathered_unit_bytes(config, layout, stage, dtype="float32", balance=None, prefetch=1):
+    """ZeRO-3's transient parameters: the unit computing plus `prefetch` gathered ahead, at
+    most (1 + prefetch) of the stage's largest unit (0 for the other stages)."""
+    if layout.zero != 3:
+        return 0
+    units = unit_param_counts(config, layout.tp, layout.pp, stage, balance)
+    return (1 + prefetch) * max(units) * get_precision(dtype).param_bytes
+
+
 def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32", balance=None):
-    """{"params", "grads", "optim", "activations", "total"} bytes of one rank."""
+    """{"params", "grads", "optim", "gathered", "activations", "total"} bytes of one rank."""
     _, _, stage = _coords(rank_coords)
     memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
                                   layout.zero, balance)
+    if layout.zero == 3:
+        memory["gathered"] = gathered_unit_bytes(config, layout, stage, dtype, balance)
     memory["activations"] = activation_bytes_per_rank(
         config, layout, micro_batch_size(batch, layout), stage, dtype, balance)
     memory["total"] = sum(memory.values())
