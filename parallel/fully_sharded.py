@@ -300,10 +300,12 @@ class Sharding:
         self.events.append((kind, unit.name, start - self.t0, time.perf_counter() - self.t0))
 
     def note_gathered(self):
-        """Keep the peak of the gathered copies alive now (measured from the live arrays)."""
+        """Keep the peak of the gathered copies alive now: the completed ones (measured from
+        the live arrays) and the buffers of the gathers in flight (prefetched)."""
         uses = [u for a_pass in self.passes for u in a_pass.uses] + self.running
         live = {id(owner(u.full)): owner(u.full).nbytes for u in uses if u.full is not None}
-        self.peak_gathered_bytes = max(self.peak_gathered_bytes, sum(live.values()))
+        in_flight = [unit.full_bytes for unit in self.prefetched] + [u.unit.full_bytes for u in uses if u.request]
+        self.peak_gathered_bytes = max(self.peak_gathered_bytes, sum(live.values()) + sum(in_flight))
 
     def reset_peak(self):
         self.peak_gathered_bytes = 0
