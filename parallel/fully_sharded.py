@@ -211,13 +211,9 @@ class Sharding:
                 use.full = None
 
     def prefetch_after(self, index):
-        # exercise 13.2: prefetch the next units' all-gathers in forward
-        # hint: the next `self.prefetch` units of self.forward_order after position `index`: issue the gather
-        # hint: (self.issue(unit, "forward")) of each one not yet prefetched, keeping the request in self.prefetched.
         for unit in self.forward_order[index + 1:index + 1 + self.prefetch]:
             if unit not in self.prefetched:
                 self.prefetched[unit] = self.issue(unit, "forward")
-        # end exercise
 
     # --- the saved references and backward -----------------------------------------
 
@@ -341,7 +337,7 @@ def gathers_due(needed, issued, position, prefetch):
     `position` is read: every one not yet issued up to it, `prefetch` more, and those after
     it that this rank will never read until the next it will (needed[k] False): so every
     rank issues the whole list, in order, whatever its loss reaches."""
-    # exercise 13.3: the stage-3 backward gathers, in the pass's order
+    # exercise 13.2: the stage-3 backward gathers, in the pass's order
     # hint: entry k is due if not issued[k] and either k <= position + prefetch, or every entry
     # hint: position+1 .. k is one this rank will not read (not needed).
     due = []

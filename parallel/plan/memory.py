@@ -41,16 +41,12 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
         if not 0 <= index < size:
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
-    # exercise 13.4: the ZeRO memory formulas per stage
-    # hint: count = Σ unit counts; sharded = Σ ceil(unit / dp); ZeRO-1's optimizer holds ceil(count / dp);
-    # hint: from stage 2 the gradients and the optimizer hold `sharded`, from stage 3 the parameters too.
     units = unit_param_counts(config, tp, pp, pp_rank, balance)
     count, sharded = sum(units), sum(-(-unit // dp) for unit in units)
     optim_count = {0: count, 1: -(-count // dp)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
             "grads": (sharded if zero >= 2 else count) * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes}
-    # end exercise
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
