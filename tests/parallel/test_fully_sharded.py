@@ -60,30 +60,35 @@ def test_any_3d_layout_with_any_zero_stage_equals_one_device(drawn, seed):
 
 
 class Branchy(nn.Module):
-    """Two units in a row; `skip` makes the loss bypass the second, as one rank's data may."""
+    """Three units in a row; with `skip` the loss bypasses the first, as one rank's data may."""
 
     def __init__(self):
         super().__init__()
-        self.first, self.second, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 3)
+        self.first, self.second, self.head = nn.Linear(4, 5), nn.Linear(5, 6), nn.Linear(6, 3)
 
     def forward(self, x, skip):
-        hidden = self.first(mt.tensor(x)).tanh()
-        other = self.second(hidden)  # runs on every rank (its all-gathers too) ...
-        return self.head(hidden if skip else other).sum()  # ... but rank 1's loss never reads it
+        hidden = self.first(mt.tensor(x)).tanh()  # runs on every rank (its all-gathers too) ...
+        if skip:  # ... but this rank's loss never reads it: its backward gather is never needed here
+            hidden = mt.tensor(np.ones(hidden.shape))
+        return self.head(self.second(hidden).tanh()).sum()
 
 
 def test_a_unit_one_ranks_loss_does_not_reach_neither_deadlocks_nor_changes_the_result():
+    # Accumulating under no_sync, the next forward's gathers follow this backward's: had rank 1
+    # left the skipped unit's backward gather for later, every gather after it would pair with
+    # another unit's on rank 0 (the last-in-backward unit: the case real implementations hang on).
     def rank_fn(stage):
         group = parallel.world()
         mt.manual_seed(2)
         model = Branchy().double()
-        wrapped = (FullyShardedDataParallel(model, group, stage=3, units=["first", "second", "head"]) if stage
-                   else DataParallel(model, group))
-        x = np.random.default_rng(group.rank).normal(size=(2, 4))
-        for _ in range(2):
-            wrapped(x, skip=group.rank == 1).backward()
-        grads = wrapped.full_grads() if stage else {n: p.grad for n, p in model.named_parameters()}
-        return grads
+        wrapped = (FullyShardedDataParallel(model, group, stage=3, units=["first", "second", "head"], prefetch=0)
+                   if stage else DataParallel(model, group))  # prefetch 0: no gather ahead hides the bug
+        rng = np.random.default_rng(group.rank)
+        with wrapped.no_sync():
+            for _ in range(2):
+                wrapped(rng.normal(size=(2, 4)), skip=group.rank == 1).backward()
+        wrapped(rng.normal(size=(2, 4)), skip=group.rank == 1).backward()
+        return wrapped.full_grads() if stage else {n: p.grad for n, p in model.named_parameters()}
 
     sharded, plain = run_threads(2, rank_fn, 3, timeout=30), run_threads(2, rank_fn, 0, timeout=30)
     for name, grad in plain[0].items():  # DataParallel: equal to one device (test_data_parallel)
@@ -121,8 +126,8 @@ def test_stage_3_keeps_one_nth_of_the_parameters_and_nan_placeholders_between_st
         held = [b.param_shard.size for b in fsdp.reducer.buckets]
         return held, [bool(np.isnan(p.data).all()) for p in model.parameters()], fsdp.sharding.schedule()
 
-    for held, freed, schedule in run_threads(3, rank_fn, timeout=30):
-        assert held == [-(-5 * 3 // 3), -(-5 * 4 // 3), -(-5 * 4 // 3)] and all(freed)
+    for held, freed, schedule in run_threads(3, rank_fn, timeout=30):  # head, second, first: ceil(numel / 3)
+        assert held == [-(-(6 * 3 + 3) // 3), -(-(5 * 6 + 6) // 3), -(-(4 * 5 + 5) // 3)] and all(freed)
         assert schedule == [("forward", "first"), ("forward", "second"), ("forward", "head"),
                             ("backward", "head"), ("backward", "second"), ("backward", "first")]
 
