@@ -27,7 +27,7 @@ read outside its unit shows). Around every use of a unit (`fully_shard` wraps it
 
 The order of the all-gathers is data, not an accident of autograd: each forward pass of
 a `Sharding` records its uses of units; its backward gathers are exactly those uses in
-reverse (`backward_gathers`), issued strictly in that order, each exactly once. A use a
+reverse (`Pass.gathers`), issued strictly in that order (`gathers_due`), each once. A use a
 rank's loss does not reach (never read in backward) is still gathered, in its place,
 when a later one is needed (or right after the last one that is), so every rank issues
 the same collectives in the same order; a unit used twice (tied, or called twice) is
@@ -45,7 +45,7 @@ import numpy as np
 from minitensor.autograd import is_grad_enabled, saved_tensors_hooks, topological_order
 
 from .data_parallel import DataParallel, output_tensors
-from .reducer import ShardedReducer
+from .reducer import ShardedReducer, values_chunk
 from .zero import ZeroOptimizer
 
 _FREED = {}
@@ -72,11 +72,7 @@ class FlatUnit:
     def __init__(self, name, bucket, group):
         self.name, self.bucket, self.group = name, bucket, group
         self.params = bucket.params
-        flat = np.zeros(bucket.shard_size * group.size, bucket.grad_shard.dtype)
-        for p, where in zip(self.params, bucket.slices):
-            flat[where] = p.data.reshape(-1)
-        rank = group.rank
-        bucket.param_shard = flat[rank * bucket.shard_size:(rank + 1) * bucket.shard_size].copy()
+        bucket.param_shard = values_chunk(bucket, group.rank)
         self.free()
 
     def start_gather(self):
@@ -157,7 +153,6 @@ class Sharding:
             raise ValueError(f"prefetch={prefetch!r} must be a non-negative int")
         self.group = group.split(0)  # the gathers' own communicator
         self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
-        self.by_param = {id(p): unit for unit in self.units for p in unit.params}
         self.prefetch = prefetch
         by_name = {unit.name: unit for unit in self.units}
         # the last pass's order of uses, which the forward prefetch follows
@@ -165,7 +160,8 @@ class Sharding:
         self.passes, self.current, self.running = [], None, []
         self.prefetched = {}  # unit -> its forward gather issued ahead
         self.events, self.t0 = [], time.perf_counter()
-        self.peak_gathered_bytes, self.gathered = 0, {}
+        self.peak_gathered_bytes = 0
+        self.last_pass = None  # the last forward pass with backward gathers to come
 
     # --- forward -------------------------------------------------------------------
 
@@ -186,7 +182,8 @@ class Sharding:
             if finished.started:
                 self.forward_order = finished.started
             finished.close()
-            if is_grad_enabled() and finished.gathers:
+            self.last_pass = finished if is_grad_enabled() and finished.gathers else None
+            if self.last_pass:
                 self.passes.append(finished)
 
     def run_unit(self, unit, forward, *args, **kwargs):
@@ -250,14 +247,14 @@ class Sharding:
     def mark_unreached(self, outputs):
         """After a forward pass (plain API): the uses whose saved references backward from
         `outputs` never reads are gathered only to keep every rank in step."""
-        if not self.passes:
+        last = self.last_pass
+        if last is None:
             return
         reached = set()
         for root in outputs:
             for t in topological_order(root):
                 saved = getattr(t._node, "saved", ())
                 reached.update(id(s.use) for s in getattr(saved, "packed", ()) if isinstance(s, SavedParameter))
-        last = self.passes[-1]
         for use in last.gathers:
             use.needed = id(use) in reached
         if not any(use.needed for use in last.gathers):
@@ -318,11 +315,7 @@ class Sharding:
         finally:
             for unit in self.units:
                 if writeback:
-                    flat = np.zeros(unit.bucket.shard_size * unit.group.size, unit.bucket.param_shard.dtype)
-                    for p, where in zip(unit.params, unit.bucket.slices):
-                        flat[where] = p.data.reshape(-1)
-                    mine = slice(unit.group.rank * unit.bucket.shard_size, (unit.group.rank + 1) * unit.bucket.shard_size)
-                    unit.bucket.param_shard[:] = flat[mine]
+                    unit.bucket.param_shard[:] = values_chunk(unit.bucket, unit.group.rank)
                 unit.free()
 
     def schedule(self):

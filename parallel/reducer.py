@@ -114,6 +114,15 @@ def padded_length(numel, n):
     return -(-numel // n) * n
 
 
+def values_chunk(bucket, rank):
+    """A copy of chunk `rank` (of bucket.shard_size elements) of the bucket's parameter
+    values laid end to end, zero-padded: what that rank keeps of them under ZeRO-2/3."""
+    flat = np.zeros(bucket.numel + bucket.shard_size, bucket.params[0].dtype)  # room for the padding
+    for p, where in zip(bucket.params, bucket.slices):
+        flat[where] = p.data.reshape(-1)
+    return flat[rank * bucket.shard_size:(rank + 1) * bucket.shard_size].copy()
+
+
 class ShardedReducer(Reducer):
     """The reduce-scatter path (ZeRO-2/3): the same buckets, each zero-padded to n equal
     chunks; `start_next` reduce-scatters a bucket instead of all-reducing it, and `finish`

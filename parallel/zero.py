@@ -29,7 +29,7 @@ import numpy as np
 from minitensor.optim import Optimizer, adamw_update
 
 from .data_parallel import broadcast_parameters
-from .reducer import Bucket, padded_length
+from .reducer import Bucket, padded_length, values_chunk
 
 STAGES = (1, 2, 3)
 
@@ -103,18 +103,11 @@ class ZeroOptimizer(Optimizer):
                 bucket.unpack_values(self.group.all_gather(param_shard))
                 # end exercise
                 continue
-            param_shard = bucket.param_shard if self.stage == 3 else self.values_shard(bucket)
+            param_shard = bucket.param_shard if self.stage == 3 else values_chunk(bucket, self.group.rank)
             adamw_update(param_shard, bucket.grad_shard, self.exp_avg[state], self.exp_avg_sq[state],
                          self.step_count, d["lr"], *d["betas"], d["eps"], d["weight_decay"])
             if self.stage == 2:
                 bucket.unpack_values(self.group.all_gather(param_shard))
-
-    def values_shard(self, bucket):
-        """Stage 2: a copy of this rank's chunk of the bucket's parameter values."""
-        flat = np.zeros(bucket.shard_size * self.group.size, bucket.grad_shard.dtype)
-        for p, where in zip(bucket.params, bucket.slices):
-            flat[where] = p.data.reshape(-1)
-        return flat[self.mine(bucket)].copy()
 
     def zero_grad(self):
         super().zero_grad()
