@@ -7,6 +7,7 @@ import parallel.bench.allreduce
 import parallel.bench.dp
 import parallel.bench.pp
 import parallel.bench.tp
+import parallel.bench.zero
 import parallel.plan.__main__ as plan_cli
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
@@ -21,6 +22,7 @@ PLAN = ["--config", "medium", "--devices", "4"]
     (parallel.bench.dp.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (parallel.bench.pp.main, ["--microbatches", "0"], "--microbatches=0 must be ≥ 1"),
     (parallel.bench.tp.main, ["--warmup", "-1"], "--warmup=-1 must be ≥ 0"),
+    (parallel.bench.zero.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (plan_cli.main, ["--config", "medium", "--devices", "0"], "--devices=0 must be ≥ 1"),
     (plan_cli.main, [*PLAN, "--batch", "0"], "--batch=0 must be ≥ 1"),
     (plan_cli.main, [*PLAN, "--mem-per-device", "0GB"], "--mem-per-device=0 must be ≥ 1"),
