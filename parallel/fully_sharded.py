@@ -159,7 +159,8 @@ class Sharding:
         self.forward_order = [by_name[name] for name in first_order or names]
         self.passes, self.current, self.running = [], None, []
         self.prefetched = {}  # unit -> its forward gather issued ahead
-        self.events, self.t0 = [], time.perf_counter()
+        self.events, self.t0 = [], time.perf_counter()  # the last step's (kind, unit, start, end)
+        self.step_done = False  # finish() ran: the next event starts a new step's record
         self.peak_gathered_bytes = 0
         self.last_pass = None  # the last forward pass with backward gathers to come
 
@@ -276,6 +277,7 @@ class Sharding:
         backward gather still due, in order, and forget the step's passes."""
         for a_pass in list(self.passes):
             self.finish_pass(a_pass)
+        self.step_done = True
 
     # --- communication and its record ------------------------------------------------
 
@@ -290,6 +292,8 @@ class Sharding:
         return full
 
     def log(self, kind, unit, start):
+        if self.step_done:
+            self.reset_peak()
         self.events.append((kind, unit.name, start - self.t0, time.perf_counter() - self.t0))
 
     def note_gathered(self):
@@ -301,7 +305,8 @@ class Sharding:
         self.peak_gathered_bytes = max(self.peak_gathered_bytes, sum(live.values()) + sum(in_flight))
 
     def reset_peak(self):
-        self.peak_gathered_bytes = 0
+        """Forget the peak and the events: a new step's record starts."""
+        self.peak_gathered_bytes, self.step_done = 0, False
         self.events, self.t0 = [], time.perf_counter()
 
     @contextlib.contextmanager
@@ -309,7 +314,7 @@ class Sharding:
         """Every unit gathered for the block (FSDP's summon_full_params); with writeback, the
         values the block leaves in the parameters become the shards afterwards."""
         for unit in self.units:
-            unit.attach(unit.group.all_gather(unit.bucket.param_shard).copy())
+            unit.attach(unit.group.all_gather(unit.bucket.param_shard))
         try:
             yield
         finally:
