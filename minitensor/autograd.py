@@ -41,6 +41,41 @@ class enable_grad(no_grad):
         _state.grad_enabled = True
 
 
+class saved_tensors_hooks:
+    """Context manager (PyTorch's `torch.autograd.graph.saved_tensors_hooks`): every array a
+    Function saves for backward inside the block is kept as `pack(array)`, and backward
+    reads `unpack(packed)` instead. Fully sharded data parallelism uses it so the graph
+    holds a reference to a parameter's place, not its values: the parameters can be freed
+    after forward and gathered again when backward reads them."""
+
+    def __init__(self, pack, unpack):
+        self.hooks = (pack, unpack)
+
+    def __enter__(self):
+        _state.saved_hooks = getattr(_state, "saved_hooks", ()) + (self.hooks,)
+
+    def __exit__(self, *exc):
+        _state.saved_hooks = _state.saved_hooks[:-1]
+        return False
+
+
+class PackedSaved:
+    """A node's saved arrays as the pack hook left them; reading one unpacks it."""
+
+    def __init__(self, arrays, hooks):
+        pack, self.unpack = hooks
+        self.packed = tuple(pack(a) for a in arrays)
+
+    def __len__(self):
+        return len(self.packed)
+
+    def __getitem__(self, index):
+        return self.unpack(self.packed[index])
+
+    def __iter__(self):
+        return (self.unpack(p) for p in self.packed)
+
+
 class Function:
     """One node of the graph. Subclasses define `forward` and `backward`.
 
@@ -51,7 +86,8 @@ class Function:
     """
 
     def save_for_backward(self, *arrays):
-        self.saved = arrays
+        hooks = getattr(_state, "saved_hooks", None)
+        self.saved = PackedSaved(arrays, hooks[-1]) if hooks else arrays
 
     @classmethod
     def apply(cls, *inputs, **params):

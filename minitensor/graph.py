@@ -49,8 +49,10 @@ def flops(node, out_shape):
 
 
 def saved_arrays(node):
-    """The arrays a node keeps for backward: `node.saved` plus its array attributes."""
-    arrays = [a for a in getattr(node, "saved", ()) if isinstance(a, np.ndarray)]
+    """The arrays a node keeps for backward: `node.saved` plus its array attributes (saved
+    arrays a saved_tensors_hooks pack replaced are read as packed, not unpacked)."""
+    saved = getattr(node, "saved", ())
+    arrays = [a for a in getattr(saved, "packed", saved) if isinstance(a, np.ndarray)]
     return arrays + [v for k, v in vars(node).items() if k != "saved" and isinstance(v, np.ndarray)]
 
 

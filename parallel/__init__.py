@@ -5,6 +5,7 @@ limit_blas_threads()  # must run before numpy is imported below
 
 from .comm import Group, run_threads, world  # noqa: E402
 from .data_parallel import DataParallel  # noqa: E402
+from .fully_sharded import FullyShardedDataParallel  # noqa: E402
 from .hybrid import HybridGPT  # noqa: E402
 from .mesh import Mesh  # noqa: E402
 from .pipeline import Pipeline, PipelineStage  # noqa: E402
@@ -24,6 +25,6 @@ from .zero import ZeroOptimizer  # noqa: E402
 __all__ = ["Group", "run_threads", "world", "Mesh"]
 __all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",
             "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "TensorParallelStage"]
-__all__ += ["DataParallel", "ZeroOptimizer"]
+__all__ += ["DataParallel", "ZeroOptimizer", "FullyShardedDataParallel"]
 __all__ += ["Pipeline", "PipelineStage"]
 __all__ += ["HybridGPT"]

@@ -87,7 +87,7 @@ class DataParallel:
         broadcast_parameters(module.parameters(), group)
         self.names = {id(p): name for name, p in module.named_parameters()}
         trainable = [p for p in module.parameters() if p.requires_grad]
-        self.reducer = Reducer(trainable[::-1], group, bucket_mb)
+        self.reducer = self.make_reducer(trainable, bucket_mb)
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
         self.ready = [set() for _ in self.buckets]  # per bucket: ids of the parameters whose gradient is final
         self.sync_enabled = True  # False inside no_sync()
@@ -98,6 +98,10 @@ class DataParallel:
         self.unused_ids = set()  # all of them, to catch a gradient that reaches one anyway
         for p in trainable:
             p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def make_reducer(self, trainable, bucket_mb):
+        """Buckets of the trainable parameters in reverse order (ZeRO-2/3 reduce-scatter instead)."""
+        return Reducer(trainable[::-1], self.group, bucket_mb)
 
     def __getattr__(self, name):  # only called for attributes DataParallel itself lacks
         if name == "module":

@@ -10,9 +10,16 @@ and the fourth axis, context parallelism over cp.
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
                        tied: sum BERT's embedding copies over the first and last stage
                        DP: average over dp × cp (DataParallel's buckets; under ZeRO-1 the
-                           optimizer's reduce-scatter does it): every cp rank's gradient
-                           is that of the mean loss over its own tokens
+                           optimizer's reduce-scatter does it, under ZeRO-2/3 the reducer
+                           reduce-scatters and keeps this rank's chunk): every cp rank's
+                           gradient is that of the mean loss over its own tokens
         ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
+
+ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
+token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
+unit is all-gathered for each micro-batch's forward and backward and freed after. Its
+gradients are reduce-scattered once per step, after the schedule, where the dp mean
+of every other layout happens too.
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
@@ -24,6 +31,8 @@ Gradient accumulation: `train_step` ADDS the gradient of one global batch to `.g
 `optimizer_step()` first finishes the sync (dividing by the number of accumulated
 batches, so the step sees the gradient of their mean loss), then steps and zeroes.
 """
+import contextlib
+
 import numpy as np
 
 from minitensor.optim import AdamW
@@ -31,11 +40,12 @@ from minitensor.optim import AdamW
 from .comm.gather import gather_named_arrays
 from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
+from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
 from .pipeline.tied import TiedGradients
-from .reducer import Reducer
+from .reducer import Reducer, ShardedReducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
 
@@ -47,19 +57,23 @@ class HybridGPT(ParallelModel):
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
-    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations,
-    zero (ZeRO-1 optimizer over dp × cp): switches; seed: the TP dropout streams;
-    cp_layout: "zigzag" or "contiguous", the tokens of each cp rank (with mesh.cp > 1);
-    cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads per tp rank divisible by cp).
+    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations:
+    switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
+    moments, 2: + gradients, 3: + parameters); prefetch: ZeRO-3 all-gathers issued ahead;
+    seed: the TP dropout streams; cp_layout: "zigzag" or "contiguous", the tokens of each cp
+    rank (with mesh.cp > 1); cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads
+    per tp rank divisible by cp).
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=False, seed=0, cp_layout="zigzag",
-                 cp_comm_type="p2p"):
+                 sequence_parallel=False, checkpoint_activations=False, zero=0, seed=0, prefetch=1,
+                 cp_layout="zigzag", cp_comm_type="p2p"):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
-        self.config, self.mesh, self.zero, self.dense_class = config, mesh, zero, type(gpt)
+        if int(zero) not in (0, 1, 2, 3):
+            raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
+        self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
         self.dense_names = [name for name, _ in gpt.named_parameters()]
@@ -69,15 +83,47 @@ class HybridGPT(ParallelModel):
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
         self.tied = TiedGradients(self.stages, mesh, ties=bool(set(gpt.first_parts) & set(gpt.last_parts)))
         # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
-        # ZeRO the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
-        self.dp_reducer = None
-        if not zero:
+        # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
+        self.dp_reducer, self.shardings = None, []
+        if self.zero != 1:
             broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
             trainable = [p for p in self.parameters() if p.requires_grad]
-            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
+            if self.zero == 0:
+                self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
+            else:
+                self.shard_units(prefetch)
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
+
+    def shard_units(self, prefetch):
+        """ZeRO-2/3: one reduce-scatter bucket per unit of each stage (FSDP's units serve both
+        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters."""
+        units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
+                 for stage in self.stages]
+        units = [[(name, params) for name, params in chunk if params] for chunk in units]
+        self.dp_reducer = ShardedReducer([], self.mesh.dp_cp_group,
+                                         param_lists=[params for chunk in units for _, params in chunk][::-1])
+        if self.zero == 2:
+            return
+        buckets = self.dp_reducer.buckets[::-1]
+        for stage, chunk in zip(self.stages, units):
+            mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
+            sharding = Sharding([name for name, _ in chunk], mine, self.mesh.dp_cp_group, prefetch)
+            modules = dict(stage_units(stage))
+            for unit in sharding.units:
+                fully_shard(modules[unit.name], sharding, unit)
+            fully_shard(stage, sharding)
+            self.shardings.append(sharding)
+
+    @contextlib.contextmanager
+    def full_parameters(self, writeback=False):
+        """ZeRO-3: every parameter gathered for the block (written back to the shards after, if
+        writeback); otherwise nothing to do."""
+        with contextlib.ExitStack() as stack:
+            for sharding in self.shardings:
+                stack.enter_context(sharding.full_parameters(writeback))
+            yield
 
     def layout(self):
         cp = ({"cp": self.mesh.cp, "cp_layout": self.context.layout, "cp_comm_type": self.context.comm_type}
@@ -97,9 +143,11 @@ class HybridGPT(ParallelModel):
         return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
 
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        """AdamW on this rank's parameters, or ZeRO-1 AdamW sharded over dp; kept as `self.optimizer`."""
+        """AdamW on this rank's parameters, or ZeRO AdamW sharded over dp; kept as `self.optimizer`."""
         if self.zero:
-            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_cp_group, lr, betas, eps, weight_decay)
+            buckets = self.dp_reducer.buckets if self.zero > 1 else None
+            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
+                                           self.zero, buckets)
         else:
             self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
         return self.optimizer
@@ -154,6 +202,8 @@ class HybridGPT(ParallelModel):
             for p in self.parameters():
                 if p.grad is not None:
                     p.grad /= self.accumulated
+        for sharding in self.shardings:
+            sharding.finish()
         if self.dp_reducer is not None:
             self.dp_reducer.finish()
         self.synced = True
@@ -168,6 +218,8 @@ class HybridGPT(ParallelModel):
 
     def zero_grad(self):
         self.pipeline.zero_grad()
+        if self.zero > 1:
+            self.dp_reducer.zero_grad_shards()
         self.accumulated, self.synced = 0, False
 
     # --- the dense, single-device view (collectives over the whole mesh) -----------
@@ -181,18 +233,29 @@ class HybridGPT(ParallelModel):
 
     def full_state_dict(self):
         local = {}
-        for stage in self.stages:
-            local.update(stage.full_state_dict())
+        with self.full_parameters():
+            for stage in self.stages:
+                local.update(stage.full_state_dict())
         return self._merge(local)
 
     def full_grads(self):
         """Single-device-named gradients of the synced step (finishes the sync first);
-        under ZeRO the dp × cp mean is taken here, since the raw gradients are still local."""
+        under ZeRO-1 the dp × cp mean is taken here, since the raw gradients are still local;
+        under ZeRO-2/3 every rank's chunk is gathered."""
         self.finish_grad_sync()
+        params = self.parameters()
+        if self.zero > 1:  # the averaged gradients, whole, only for this call
+            grads = gather_grad_shards(self.dp_reducer.buckets, self.mesh.dp_cp_group)
+            for p in params:
+                p.grad = grads.get(id(p))
         local = {}
-        for stage in self.stages:
-            local.update(stage.full_grads())
-        if self.zero:
+        with self.full_parameters():
+            for stage in self.stages:
+                local.update(stage.full_grads())
+        if self.zero > 1:
+            for p in params:
+                p.grad = None
+        if self.zero == 1:
             group = self.mesh.dp_cp_group
             local = {name: group.all_reduce(g) / group.size for name, g in local.items()}
         return self._merge(local)
@@ -202,29 +265,62 @@ class HybridGPT(ParallelModel):
         missing = [name for name in self.dense_names if name not in state]
         if missing:
             raise KeyError(f"load_full_state_dict: missing keys {missing}")
-        for stage in self.stages:
-            names = [name for name, _ in stage.named_parameters()]
-            stage.load_full_state_dict({name: state[name] for name in names})
+        with self.full_parameters(writeback=True):
+            for stage in self.stages:
+                names = [name for name, _ in stage.named_parameters()]
+                stage.load_full_state_dict({name: state[name] for name in names})
 
     def events(self):
         return self.pipeline.events
 
     # --- what the layout costs -------------------------------------------------------
 
+    def memory_bytes(self):
+        """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
+        placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
+        ZeRO-3's all-gathered units since the last reset_memory_peak()."""
+        params = self.parameters()
+        buckets = self.dp_reducer.buckets if self.zero > 1 else []
+        return {"params": held_bytes([p.data for p in params] + [b.param_shard for b in buckets if self.zero == 3]),
+                "grads": held_bytes([p.grad for p in params if p.grad is not None] + [b.grad_shard for b in buckets]),
+                "optim": self.optimizer.state_bytes() if self.optimizer else 0,
+                "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
+
+    def reset_memory_peak(self):
+        for sharding in self.shardings:
+            sharding.reset_peak()
+
     def groups(self):
         """The mesh's groups by name; under cp > 1 also cp (the ring) and dp_cp (the gradients);
-        with a tied embedding across pipeline ends, embedding (its two copies)."""
+        with a tied embedding across pipeline ends, embedding (its two copies); under ZeRO-3
+        the copies of the replica group that the parameter gathers use."""
         mesh = self.mesh
         cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
         tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
-        return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied}
+        params = {f"dp-params.{i}": sharding.group for i, sharding in enumerate(self.shardings)}
+        return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied, **params}
 
     def communication_stats(self):
         """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
-        A group of one rank is left out: its collectives move nothing."""
-        return {(name, kind): counts for name, group in self.groups().items() if group.size > 1
-                for kind, counts in group.stats().items()}
+        A group of one rank is left out: its collectives move nothing. ZeRO-3's parameter
+        gathers (on copies of the dp group) count as dp."""
+        stats = {}
+        for name, group in self.groups().items():
+            for kind, counts in (group.stats().items() if group.size > 1 else ()):
+                into = stats.setdefault((name.split("-")[0], kind), dict.fromkeys(counts, 0))
+                for count, value in counts.items():
+                    into[count] += value
+        return stats
 
     def reset_communication_stats(self):
         for group in self.groups().values():
             group.reset_stats()
+
+
+def stage_units(stage):
+    """[(single-device name, module)] of a pipeline stage's ZeRO-2/3 units, in forward order:
+    the model's first parts, the blocks, its last parts (a part both ends hold, once)."""
+    first = list(stage.first_parts) if stage.is_first else []
+    last = [name for name in stage.last_parts if name not in first] if stage.is_last else []
+    blocks = [(f"blocks.{i}", stage.blocks[i]) for i in stage.blocks.indices()]
+    return [(name, getattr(stage, name)) for name in first] + blocks + [(name, getattr(stage, name)) for name in last]

@@ -17,7 +17,10 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
     events()                     the last step's pipeline timeline events of this rank
     communication_stats(), reset_communication_stats()
                                  {(group name, kind): {calls, elements, bytes}} on this rank
+    full_parameters(writeback)   a context in which every local parameter holds its values
+                                 (ZeRO-3 gathers them; written back to the shards with writeback)
 """
+import contextlib
 from abc import ABC, abstractmethod
 
 from minitensor.models.gpt import GPT
@@ -77,6 +80,9 @@ class ParallelModel(ABC):
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
+
+    def full_parameters(self, writeback=False):
+        return contextlib.nullcontext()
 
     def dense_gpt(self):
         """A single-device GPT (or BERT) holding the gathered parameters (on every rank), in eval mode."""

@@ -11,6 +11,8 @@ gradient communication goes through here: `DataParallel` (which starts buckets f
 its gradient hooks), `HybridGPT` (one reduction over dp after the pipeline schedule),
 the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and
 `ZeroOptimizer` (which reduce-scatters one padded bucket instead of all-reducing).
+`ShardedReducer` is the reduce-scatter path of ZeRO-2/3 (`fully_sharded.py`): each
+rank keeps only its chunk of every averaged bucket, and the full gradients are freed.
 """
 import numpy as np
 
@@ -105,3 +107,65 @@ class Reducer:
             bucket.unpack(self.divisor)
         self.requests = []
         # end exercise
+
+
+def padded_length(numel, n):
+    """The smallest multiple of n that holds numel elements: n equal chunks."""
+    return -(-numel // n) * n
+
+
+def values_chunk(bucket, rank):
+    """A copy of chunk `rank` (of bucket.shard_size elements) of the bucket's parameter
+    values laid end to end, zero-padded: what that rank keeps of them under ZeRO-2/3."""
+    flat = np.zeros(bucket.numel + bucket.shard_size, bucket.params[0].dtype)  # room for the padding
+    for p, where in zip(bucket.params, bucket.slices):
+        flat[where] = p.data.reshape(-1)
+    return flat[rank * bucket.shard_size:(rank + 1) * bucket.shard_size].copy()
+
+
+class ShardedReducer(Reducer):
+    """The reduce-scatter path (ZeRO-2/3): the same buckets, each zero-padded to n equal
+    chunks; `start_next` reduce-scatters a bucket instead of all-reducing it, and `finish`
+    ADDS this rank's chunk / divisor to `bucket.grad_shard` (accumulating over rounds until
+    `zero_grad_shards`) and frees every `.grad` of the bucket: the full gradients are gone.
+
+    `param_lists`: the buckets' parameters (stage 3: one list per sharding unit); default:
+    `assign_buckets(params, bucket_mb)` as the plain Reducer cuts them."""
+
+    def __init__(self, params, group, bucket_mb=25, divisor=None, param_lists=None):
+        super().__init__(params, group, bucket_mb, divisor)
+        lists = param_lists if param_lists is not None else [b.params for b in self.buckets]
+        self.buckets = [Bucket(ps, length=padded_length(sum(p.size for p in ps), group.size)) for ps in lists]
+        for bucket in self.buckets:
+            bucket.shard_size = bucket.buffer.size // group.size
+            bucket.grad_shard = np.zeros(bucket.shard_size, bucket.buffer.dtype)
+            bucket.buffer = None  # a flat buffer exists only while its reduce-scatter is in flight
+
+    def start_next(self):
+        # exercise 13.1: the stage-2 reduce-scatter of a bucket
+        # hint: give the bucket a fresh zero buffer of n·shard_size elements, pack it, start its reduce-scatter
+        # hint: (async_op=True), then free every parameter's .grad: only the packed copy is left.
+        bucket = self.buckets[self.started]
+        bucket.buffer = np.zeros(bucket.shard_size * self.group.size, bucket.grad_shard.dtype)
+        self.requests.append(self.group.reduce_scatter(bucket.pack(), async_op=True))
+        for p in bucket.params:
+            p.grad = None
+        # end exercise
+
+    def finish(self):
+        """Start every bucket not yet started, wait for all, add the chunks to the grad shards,
+        and drop the flat buffers."""
+        while self.started < len(self.buckets):
+            self.start_next()
+        for bucket, request in zip(self.buckets, self.requests):
+            bucket.grad_shard += request.wait() / self.divisor
+            bucket.buffer = None
+        self.requests = []
+
+    def in_flight_bytes(self):
+        """Bytes of the flat buffers whose reduce-scatter is in flight (the transient gradients)."""
+        return sum(b.buffer.nbytes for b in self.buckets if b.buffer is not None)
+
+    def zero_grad_shards(self):
+        for bucket in self.buckets:
+            bucket.grad_shard[:] = 0

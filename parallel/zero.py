@@ -1,4 +1,6 @@
-"""ZeRO stage 1 (Rajbhandari et al., 2020): AdamW whose moments are sharded across the dp group.
+"""ZeRO (Rajbhandari et al., 2020): AdamW whose moments are sharded across the dp group.
+Stage 1 is this file alone; stages 2 and 3 (sharded gradients, sharded parameters) are
+`fully_sharded.py`, whose buckets or units this optimizer then updates (below).
 
 Plain data parallelism keeps the two AdamW moments of EVERY parameter on every rank:
 n identical copies. ZeRO-1 lays all trainable parameters end to end as one flat vector
@@ -27,48 +29,91 @@ import numpy as np
 from minitensor.optim import Optimizer, adamw_update
 
 from .data_parallel import broadcast_parameters
-from .reducer import Bucket
+from .reducer import Bucket, padded_length, values_chunk
+
+STAGES = (1, 2, 3)
 
 
 class ZeroOptimizer(Optimizer):
-    """AdamW with ZeRO-1 sharded moments over `group` (same arguments as minitensor's AdamW)."""
+    """AdamW with sharded moments over `group` (same arguments as minitensor's AdamW).
 
-    def __init__(self, params, group, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    stage 1 (default): `params` as they are; step() reduce-scatters their gradients itself.
+    stage 2 / 3: `buckets` are the `ShardedReducer`'s (fully_sharded.py), whose grad_shard
+    already holds this rank's chunk of the averaged gradient; stage 3's buckets also hold
+    the authoritative `param_shard`, which the step updates in place (nothing gathered).
+    Each bucket is n equal chunks; this rank's moments are its chunk of every bucket, end
+    to end, in bucket order."""
+
+    def __init__(self, params, group, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 stage=1, buckets=None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-        self.group = group
-        broadcast_parameters(self.params, group)
+        if stage not in STAGES:
+            raise ValueError(f"ZeroOptimizer: stage={stage!r} is not one of {STAGES}")
+        if (stage == 1) != (buckets is None):
+            raise ValueError(f"ZeroOptimizer: stage {stage} {'takes no' if stage == 1 else 'needs the'} buckets "
+                             f"of a ShardedReducer")
+        self.group, self.stage = group, stage
+        if stage == 1:
+            broadcast_parameters(self.params, group)
         self.flat_params = [p for p in self.params if p.requires_grad]
         dtypes = sorted({str(p.dtype) for p in self.flat_params})
         if len(dtypes) != 1:
             raise ValueError(f"ZeroOptimizer needs trainable parameters of one dtype, got {dtypes}")
-        self.numel = sum(p.size for p in self.flat_params)
-        self.shard_size = -(-self.numel // group.size)  # ceil: the last chunk carries the padding
-        self.start = group.rank * self.shard_size
-        self.bucket = Bucket(self.flat_params, length=self.shard_size * group.size)  # n equal chunks
+        if stage == 1:
+            bucket = Bucket(self.flat_params, length=padded_length(sum(p.size for p in self.flat_params), group.size))
+            bucket.shard_size = bucket.buffer.size // group.size
+            buckets = [bucket]
+        self.buckets = buckets
+        self.numel = sum(b.numel for b in buckets)
+        self.shard_size = sum(b.shard_size for b in buckets)
+        ends = np.cumsum([b.shard_size for b in buckets])
+        self.state_slices = [slice(end - b.shard_size, end) for b, end in zip(buckets, ends)]
         dtype = self.flat_params[0].dtype
         self.step_count = 0
         self.exp_avg = np.zeros(self.shard_size, dtype)
         self.exp_avg_sq = np.zeros(self.shard_size, dtype)
-        self.grad_shard = None  # the averaged gradient of this rank's chunk, after step()
+        self.grad_shard = None  # stage 1: the averaged gradient of this rank's chunk, after step()
+
+    @property
+    def start(self):
+        """Stage 1: where this rank's chunk starts in the flat trainable parameters."""
+        return self.group.rank * self.shard_size
 
     @property
     def shard(self):
-        """This rank's chunk [start, stop) of the flat trainable parameters (padding excluded)."""
+        """Stage 1: this rank's chunk [start, stop) of the flat trainable parameters (padding excluded)."""
         return self.start, min(self.start + self.shard_size, self.numel)
 
+    def mine(self, bucket):
+        """This rank's chunk of a bucket's flat elements."""
+        return slice(self.group.rank * bucket.shard_size, (self.group.rank + 1) * bucket.shard_size)
+
     def step(self):
-        # exercise 04.4: the ZeRO-1 step
-        # hint: reduce-scatter the packed gradients and divide by the group size; update this rank's chunk
-        # hint: of the packed values with adamw_update and its moment shards; all-gather the chunks back.
-        mine = slice(self.start, self.start + self.shard_size)
-        self.grad_shard = self.group.reduce_scatter(self.bucket.pack()) / self.group.size
-        param_shard = self.bucket.pack_values()[mine].copy()
         self.step_count += 1
         d = self.defaults
-        adamw_update(param_shard, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
-                     *d["betas"], d["eps"], d["weight_decay"])
-        self.bucket.unpack_values(self.group.all_gather(param_shard))
-        # end exercise
+        for bucket, state in zip(self.buckets, self.state_slices):
+            if self.stage == 1:
+                # exercise 04.4: the ZeRO-1 step
+                # hint: reduce-scatter the packed gradients and divide by the group size; update this rank's chunk
+                # hint: of the packed values with adamw_update and its moment shards; all-gather the chunks back.
+                self.grad_shard = self.group.reduce_scatter(bucket.pack()) / self.group.size
+                param_shard = bucket.pack_values()[self.mine(bucket)].copy()
+                adamw_update(param_shard, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
+                             *d["betas"], d["eps"], d["weight_decay"])
+                bucket.unpack_values(self.group.all_gather(param_shard))
+                # end exercise
+                continue
+            param_shard = bucket.param_shard if self.stage == 3 else values_chunk(bucket, self.group.rank)
+            adamw_update(param_shard, bucket.grad_shard, self.exp_avg[state], self.exp_avg_sq[state],
+                         self.step_count, d["lr"], *d["betas"], d["eps"], d["weight_decay"])
+            if self.stage == 2:
+                bucket.unpack_values(self.group.all_gather(param_shard))
+
+    def zero_grad(self):
+        super().zero_grad()
+        if self.stage > 1:
+            for bucket in self.buckets:
+                bucket.grad_shard[:] = 0
 
     def state_bytes(self):
         """Bytes of optimizer state on THIS rank: ≈ AdamW.state_bytes() / group size."""
@@ -81,16 +126,15 @@ class ZeroOptimizer(Optimizer):
                 "exp_avg": self.exp_avg.copy(), "exp_avg_sq": self.exp_avg_sq.copy()}
 
     def param_slices(self):
-        """(parameter, lo, hi, offset) for every trainable parameter overlapping this rank's chunk:
-        the parameter's flattened elements [lo, hi) live at shard[offset:offset + hi - lo].
+        """(parameter, lo, hi, offset) for every trainable parameter overlapping this rank's chunks:
+        the parameter's flattened elements [lo, hi) live at the moments' [offset, offset + hi - lo).
         This maps the flat moments back to parameters (a checkpoint stores them by name)."""
-        begin, end = self.shard
-        position = 0
-        for p in self.flat_params:
-            lo, hi = max(begin, position), min(end, position + p.size)
-            if lo < hi:
-                yield p, lo - position, hi - position, lo - begin
-            position += p.size
+        for bucket, state in zip(self.buckets, self.state_slices):
+            chunk = self.mine(bucket)
+            for p, where in zip(bucket.params, bucket.slices):
+                lo, hi = max(chunk.start, where.start), min(chunk.stop, where.stop)
+                if lo < hi:
+                    yield p, int(lo - where.start), int(hi - where.start), int(state.start + lo - chunk.start)
 
     def load_param_moments(self, moments, step):
         """Set the state from whole per-parameter moments: `moments` maps id(parameter) to

@@ -141,3 +141,11 @@ def context_parallel_layouts(draw, max_world=8):
     config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
                   n_head=n_head, d_model=n_head * draw(st.sampled_from([2, 4])), causal=draw(st.booleans()))
     return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq)
+# --- parallel.fully_sharded (ZeRO stages in 3D) -------------------------------------
+
+@st.composite
+def zero_layouts(draw, max_world=8):
+    """`hybrid_layouts` with dp ≥ 2 where it fits and the ZeRO stage drawn from 0..3."""
+    drawn = draw(hybrid_layouts(max_world))
+    layout = dict(drawn["layout"], zero=draw(st.sampled_from([0, 1, 2, 3])))
+    return dict(drawn, layout=layout)

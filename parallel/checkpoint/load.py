@@ -99,8 +99,9 @@ def load_checkpoint(path, model):
         rng = None if resharded else str(read(own, "rng"))
     finally:
         read.close()
-    for name, p in params.items():
-        p.data[...] = values[name]
+    with model.full_parameters(writeback=True):  # ZeRO-3: this rank keeps its chunk of them
+        for name, p in params.items():
+            p.data[...] = values[name]
     if optimizer is not None and manifest["optimizer"]["defaults"] is not None:
         load_moments(optimizer, params, moments, manifest["optimizer"]["defaults"])
     if rng is not None:

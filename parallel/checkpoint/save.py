@@ -70,7 +70,8 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
     def write_and_describe():
         write_shard(path, params, moments, rng_state_json(model))
         return rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
-    records = all_gather_json(world, attempt(write_and_describe))
+    with model.full_parameters():  # ZeRO-3: each rank writes its whole local arrays, like any layout
+        records = all_gather_json(world, attempt(write_and_describe))
     fail_together(records, tmp, world)
     outcome = None
     if world.rank == 0:

@@ -18,7 +18,7 @@ algorithms on n = `size` ranks (the numbers nccl-tests and the ZeRO paper use):
     barrier, split  0                          bytes = 0
 
 Fractions round down to whole bytes. `isend`/`irecv` count as "send"/"recv",
-an `async_op` all-reduce as "all_reduce". `algorithm="ring"` is counted as
+an `async_op` collective as its blocking kind. `algorithm="ring"` is counted as
 one all_reduce with the formula above (which is exactly what the ring moves);
 its internal point-to-point messages are not counted again.
 """
@@ -196,20 +196,23 @@ class Group:
         request = Request(self, f"all_reduce(op={op!r})", self._iall_reduce(work, op), lambda _: copy_back(arr, work))
         return request if async_op else request.wait()
 
-    def all_gather(self, arr, axis=0):
-        """A new array: every rank's `arr` concatenated along `axis`, in rank order."""
+    def all_gather(self, arr, axis=0, async_op=False):
+        """A new array: every rank's `arr` concatenated along `axis`, in rank order
+        (or a Request whose wait() returns it, if async_op)."""
         check_buffer(arr, "all_gather")
         axis = check_axis(axis, arr.ndim, "all_gather")
         n = self.size
         self._count("all_gather", n * arr.size, (n - 1) * arr.nbytes)
         stacked = np.empty((n,) + arr.shape, arr.dtype)
-        Request(self, "all_gather", self._iall_gather(np.ascontiguousarray(arr), stacked)).wait()
         # (n, ..., s, ...) -> (..., n, s, ...) -> (..., n*s, ...): rank r's block lands at r*s.
         shape = arr.shape[:axis] + (n * arr.shape[axis],) + arr.shape[axis + 1:]
-        return np.moveaxis(stacked, 0, axis).reshape(shape) if axis else stacked.reshape(shape)
+        joined = lambda _: np.moveaxis(stacked, 0, axis).reshape(shape) if axis else stacked.reshape(shape)
+        request = Request(self, "all_gather", self._iall_gather(np.ascontiguousarray(arr), stacked), joined)
+        return request if async_op else request.wait()
 
-    def reduce_scatter(self, arr, axis=0, op="sum"):
-        """A new array: this rank's equal chunk along `axis` of the elementwise reduction of `arr`."""
+    def reduce_scatter(self, arr, axis=0, op="sum", async_op=False):
+        """A new array: this rank's equal chunk along `axis` of the elementwise reduction of `arr`
+        (or a Request whose wait() returns it, if async_op)."""
         check_buffer(arr, "reduce_scatter")
         axis = check_axis(axis, arr.ndim, "reduce_scatter")
         check_choice(op, tuple(REDUCE_UFUNCS), "op", "reduce_scatter")
@@ -222,8 +225,9 @@ class Group:
         front = np.moveaxis(arr, axis, 0)
         blocks = np.ascontiguousarray(front).reshape((n, front.shape[0] // n) + front.shape[1:])
         chunk = np.empty(blocks.shape[1:], arr.dtype)
-        Request(self, f"reduce_scatter(op={op!r})", self._ireduce_scatter(blocks, chunk, op)).wait()
-        return np.ascontiguousarray(np.moveaxis(chunk, 0, axis))
+        request = Request(self, f"reduce_scatter(op={op!r})", self._ireduce_scatter(blocks, chunk, op),
+                          lambda _: np.ascontiguousarray(np.moveaxis(chunk, 0, axis)))
+        return request if async_op else request.wait()
 
     def broadcast(self, arr, root=0):
         """Copy root's `arr` into every rank's `arr`, in place; returns `arr`."""

@@ -164,7 +164,10 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
     replicas = layout.dp * cp
     grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
         * precision.grad_bytes
-    if layout.zero:
+    if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
+        dp_time = (2 * m + 1) * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
+        dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
+    elif layout.zero:
         dp_time = 2 * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
         dp_how = "reduce-scatter + all-gather"
     else:
@@ -189,7 +192,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
     lines += memory_lines(config, layout, b, stage, precision, balance)
     lines.append(f"memory (stage {stage}, the largest): params {memory['params']} B, grads "
                  f"{memory['grads']} B, optim {memory['optim']} B"
-                 f"{' (ZeRO-1: ceil(P/dp) elements)' if layout.zero else ''}, activations "
+                 f"{f' (ZeRO-{layout.zero}: sharded over dp)' if layout.zero else ''}, activations "
                  f"{memory['activations']:.0f} B = {memory['total'] / 2**30:.4g} GiB")
     return Estimate(layout, memory, stage, time, comm, lines)
 
@@ -212,7 +215,7 @@ def memory_lines(config, layout, b, stage, precision, balance):
         formula = "s·b·h·(10 + 24/t + 5·a·s/(h·t))"
     lines = [f"stage {stage} holds {count} parameters × ({precision.param_bytes} param + "
              f"{precision.grad_bytes} grad + {precision.optim_bytes} optim) bytes"
-             f"{f', optim over dp={layout.dp}: ceil({count}/{layout.dp})' if layout.zero else ''}",
+             f"{f', ZeRO-{layout.zero} over dp={layout.dp} (param_bytes_per_rank)' if layout.zero else ''}",
              f"activations per block per micro-batch {formula} × {precision.activation_bytes}/2 "
              f"with s={s} b={b} h={h} a={a} t={t} = {kept:.0f} B",
              f"activations = {layers} blocks × {kept:.0f} B × {in_flight} micro-batches in flight "

@@ -45,7 +45,7 @@ class Layout:
     micro_batches: int = 1
     checkpoint: bool = False          # full activation checkpointing, one checkpoint per block
     sequence_parallel: bool = False
-    zero: bool = False                # ZeRO-1: AdamW states sharded over dp
+    zero: int = 0                     # ZeRO stage over dp: 1 states, 2 + gradients, 3 + parameters
     schedule: str = "1f1b"
     cp: int = 1                       # context parallel: the sequence split over cp ranks, ring attention
 
@@ -67,7 +67,7 @@ class Layout:
         return f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "")
 
     def flags(self):
-        names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), ("zero1", self.zero),
+        names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), (f"zero{int(self.zero)}", self.zero),
                  (self.schedule, self.schedule != "1f1b")]
         return ",".join(name for name, on in names if on) or "-"
 

@@ -21,7 +21,7 @@ optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring
 Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
 """
 from .layout import get_precision
-from .model import param_count, stage_layers
+from .model import stage_layers, unit_param_counts
 
 
 def _coords(rank_coords):
@@ -32,23 +32,30 @@ def _coords(rank_coords):
 
 
 def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
-                         zero=False, balance=None, cp=1):
+                         zero=0, balance=None, cp=1):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
     `rank_coords(layout, rank)` for a global rank) or a dict with keys dp, tp, pp.
-    ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state
-    (ceil(P / (dp·cp)): it shards over every replica, cp ranks included).
+    `zero` is the ZeRO stage (Rajbhandari et al. 2020; K = AdamW's states, P elements), over
+    the R = dp·cp replicas (cp ranks hold the same parameters as dp ranks):
+        0  P·param + P·grad + P·optim bytes
+        1  P·param + P·grad + ceil(P/R)·optim      (one flat vector, R equal chunks)
+        2  P·param + P/R·grad + P/R·optim          (P/R = Σ over units of ceil(P_unit/R):
+        3  P/R·param + P/R·grad + P/R·optim         each unit is cut into R equal chunks)
+    ZeRO-3's transient all-gathered units are not in these static figures.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
         if not 0 <= index < size:
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
-    count = param_count(config, tp, pp, pp_rank, balance)
-    optim_count = -(-count // (dp * cp)) if zero else count
-    return {"params": count * precision.param_bytes,
-            "grads": count * precision.grad_bytes,
+    replicas = dp * cp
+    units = unit_param_counts(config, tp, pp, pp_rank, balance)
+    count, sharded = sum(units), sum(-(-unit // replicas) for unit in units)
+    optim_count = {0: count, 1: -(-count // replicas)}.get(int(zero), sharded)
+    return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
+            "grads": (sharded if zero >= 2 else count) * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes}
 
 
@@ -96,11 +103,22 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     return total
 
 
+def gathered_unit_bytes(config, layout, stage, dtype="float32", balance=None, prefetch=1):
+    """ZeRO-3's transient parameters: the unit computing plus `prefetch` gathered ahead, at
+    most (1 + prefetch) of the stage's largest unit (0 for the other stages)."""
+    if layout.zero != 3:
+        return 0
+    units = unit_param_counts(config, layout.tp, layout.pp, stage, balance)
+    return (1 + prefetch) * max(units) * get_precision(dtype).param_bytes
+
+
 def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32", balance=None):
-    """{"params", "grads", "optim", "activations", "total"} bytes of one rank."""
+    """{"params", "grads", "optim", "gathered", "activations", "total"} bytes of one rank."""
     _, _, stage = _coords(rank_coords)
     memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
                                   layout.zero, balance, layout.cp)
+    if layout.zero == 3:
+        memory["gathered"] = gathered_unit_bytes(config, layout, stage, dtype, balance)
     memory["activations"] = activation_bytes_per_rank(
         config, layout, micro_batch_size(batch, layout), stage, dtype, balance)
     memory["total"] = sum(memory.values())

@@ -76,24 +76,27 @@ def block_param_count(d_model, tp=1):
     return layer_norms + qkv + attn_proj + mlp_fc + mlp_proj
 
 
-def param_count(config, tp=1, pp=1, stage=0, balance=None):
-    """Parameters held by one rank at pipeline `stage` of a tp × pp model (any dp)."""
+def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None):
+    """Parameters of each ZeRO-2/3 unit one rank holds at pipeline `stage`, in forward
+    order: tok_emb shard, pos_emb (stage 0), each block, ln_f, lm_head shard (last stage);
+    a BERT's seg_emb first, its MLM head and (with pp > 1) tok_emb's copy last."""
     check_tp(config, tp)
     layers = stage_layers(config.n_layer, pp, balance)
     if not 0 <= stage < pp:
         raise ValueError(f"stage={stage} out of range for pp={pp}")
     d, vocab = config.d_model, padded_size(config.vocab_size, tp)
-    count = layers[stage] * block_param_count(d, tp)
     bert = isinstance(config, BertConfig)
-    if stage == 0:
-        count += vocab // tp * d + config.block_size * d    # tok_emb shard + pos_emb
-        count += config.n_segments * d if bert else 0       # BERT: seg_emb
-    if stage == pp - 1 and not bert:
-        count += 2 * d + vocab // tp * d                    # ln_f + lm_head shard
-    if stage == pp - 1 and bert:
-        count += 2 * d + d * d + 3 * d + vocab // tp        # ln_f + MLM head (dense, LayerNorm, bias shard)
-        count += vocab // tp * d if pp > 1 else 0           # the tied tok_emb's copy
-    return count
+    first = [vocab // tp * d, config.block_size * d] if stage == 0 else []  # tok_emb shard, pos_emb
+    first += [config.n_segments * d] if stage == 0 and bert else []       # BERT: seg_emb
+    last = [2 * d, vocab // tp * d] if stage == pp - 1 else []            # ln_f, lm_head shard
+    if stage == pp - 1 and bert:  # ln_f, MLM head (dense, LayerNorm, bias shard), the tied tok_emb's copy
+        last = [2 * d, d * d + 3 * d + vocab // tp] + ([vocab // tp * d] if pp > 1 else [])
+    return first + [block_param_count(d, tp)] * layers[stage] + last
+
+
+def param_count(config, tp=1, pp=1, stage=0, balance=None):
+    """Parameters held by one rank at pipeline `stage` of a tp × pp model (any dp)."""
+    return sum(unit_param_counts(config, tp, pp, stage, balance))
 
 
 def dense_param_count(config):

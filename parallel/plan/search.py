@@ -51,7 +51,7 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
 
 def candidate_layouts(dp, tp, pp, batch, schedule, cp=1):
     for m in divisors(batch // dp):
-        for checkpoint, sp, zero in product((False, True), repeat=3):
+        for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3)):
             if (sp and tp == 1) or (zero and dp * cp == 1):
                 continue
             yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp)
@@ -87,7 +87,7 @@ def rank_key(est):
     """Fastest first; among equal times the simplest (fewest flags, fewest micro-batches),
     then the smallest memory: ZeRO-1 and extra micro-batches cost no modelled time, so
     they are only worth it when needed to fit."""
-    flags = est.layout.checkpoint + est.layout.sequence_parallel + est.layout.zero
+    flags = est.layout.checkpoint + est.layout.sequence_parallel + (est.layout.zero > 0)
     return float(f"{est.time['total']:.9g}"), flags, est.layout.micro_batches, est.memory["total"]
 
 

@@ -41,23 +41,22 @@ from .memory import param_bytes_per_rank
 from .model import DEFAULT_BATCH, get_config
 from .profiles import load_profile
 
-LAYOUTS = [(4, 1, 1, False), (2, 2, 1, False), (2, 1, 2, False), (1, 2, 2, False), (1, 4, 1, False),
-           (1, 1, 4, False), (2, 2, 1, True)]
+LAYOUTS = [(4, 1, 1, 0), (2, 2, 1, 0), (2, 1, 2, 0), (1, 2, 2, 0), (1, 4, 1, 0), (1, 1, 4, 0), (2, 2, 1, 1),
+           (2, 1, 2, 2), (4, 1, 1, 3)]  # the last number: the ZeRO stage
 RANKS = 4
 KINDS = ("params", "grads", "optim")
 
 
 def measure_memory(model):
-    """{"params", "grads", "optim"} bytes this rank holds: local parameters, their gradients
-    (call after a backward, before the optimizer zeroes them), the optimizer's state."""
-    params = model.parameters()
-    return {"params": sum(p.data.nbytes for p in params),
-            "grads": sum(p.grad.nbytes for p in params if p.grad is not None),
-            "optim": model.optimizer.state_bytes()}
+    """{"params", "grads", "optim"} bytes this rank holds (HybridGPT.memory_bytes: live arrays):
+    local parameters or their ZeRO-3 shards, their gradients or ZeRO-2/3 shards (call after
+    the gradient sync, before the optimizer zeroes them), the optimizer's state."""
+    held = model.memory_bytes()
+    return {kind: held[kind] for kind in KINDS}
 
 
 def layout_name(dp, tp, pp, zero):
-    return f"dp{dp}·tp{tp}·pp{pp}" + (" zero1" if zero else "")
+    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "")
 
 
 def dense_gpt(config):

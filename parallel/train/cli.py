@@ -72,7 +72,9 @@ def build_parser():
     layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v)")
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
     layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
-    layout.add_argument("--zero", action="store_true", help="ZeRO-1: shard the AdamW moments over dp")
+    layout.add_argument("--zero", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2, 3), metavar="STAGE",
+                        help="ZeRO stage over dp: 1 (plain --zero) shards the AdamW moments, 2 also the "
+                        "gradients, 3 also the parameters (0: off)")
     layout.add_argument("--cp", type=int, default=1, help="context-parallel ranks: the sequence split, ring attention")
     layout.add_argument("--cp-layout", choices=CP_LAYOUTS, default="zigzag",
                         help="tokens of each cp rank: zigzag (balanced causal work) or contiguous")

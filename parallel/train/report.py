@@ -36,7 +36,7 @@ def startup_summary(args, model, group):
     config, mesh = model.config, model.mesh
     switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
                                       ("activation checkpointing", args.checkpoint_activations),
-                                      ("ZeRO-1", args.zero)) if on]
+                                      (f"ZeRO-{args.zero}", args.zero)) if on]
     task = (f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
             + (", masked digits (MLM)" if args.model == "bert" else ""))
     lines = [

@@ -271,3 +271,31 @@ def test_a_tensor_of_anything_but_numbers_is_a_clear_error():
     with pytest.raises(TypeError, match=r"tensor: cannot make a tensor of str 'hello'"):
         mt.tensor("hello", dtype=mt.float32)
     assert mt.tensor([True, False]).dtype == np.bool_ and mt.tensor(np.uint8(3)).dtype == np.uint8
+
+
+def test_saved_tensors_hooks_pack_what_backward_saves_and_unpack_it_in_backward():
+    from minitensor.autograd import saved_tensors_hooks
+
+    w = mt.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    x = mt.tensor(np.array([[1.0, -1.0]]), requires_grad=True)
+    packed, unpacked = [], []
+
+    def pack(array):
+        packed.append(array.shape)
+        return ("ref", array.copy())  # the graph keeps whatever pack returns
+
+    def unpack(saved):
+        unpacked.append(saved[1].shape)
+        return saved[1]
+
+    with saved_tensors_hooks(pack, unpack):
+        y = (x @ w).sum()
+    assert packed == [(1, 2), (2, 2)] and unpacked == []  # matmul saved both operands, packed
+    w.data = np.full((2, 2), np.nan)  # the graph does not hold w's array: only what pack returned
+    y.backward()
+    assert unpacked == [(1, 2), (2, 2)]
+    np.testing.assert_array_equal(x.grad, [[3.0, 7.0]])  # dx = 1·wᵀ of the values packed
+    np.testing.assert_array_equal(w.grad, [[1.0, 1.0], [-1.0, -1.0]])
+    z = (x * 2).sum()  # outside the block nothing is packed
+    z.backward()
+    assert len(packed) == 2

@@ -118,6 +118,25 @@ def test_adamw_checkpoint_resumes_under_zero_and_back(tmp_path):
     assert_close(first + second + third, uninterrupted)
 
 
+@pytest.mark.parametrize("target", [(2, 2, 1, 0), (1, 1, 1, 0), (2, 1, 2, 2)], ids=["dp2-tp2", "one-process",
+                                                                                  "dp2-pp2-zero2"])
+def test_a_zero_3_checkpoint_of_dp4_resumes_in_other_layouts(tmp_path, target):
+    uninterrupted = train_dense(STEPS)
+    first = save_after(tmp_path, (4, 1, 1, 3), STEPS // 2)  # parameters, gradients and moments sharded
+    second, meta = resume(tmp_path, target, STEPS)
+    assert meta["resharded"]
+    assert_close(first + second, uninterrupted)
+
+
+def test_zero_2_and_3_resume_in_the_same_layout_bitwise(tmp_path):
+    for stage in (2, 3):
+        layout = (2, 1, 2, stage)
+        uninterrupted = straight(layout, STEPS, DROPOUT)
+        first = save_after(tmp_path / str(stage), layout, STEPS // 2, DROPOUT)
+        second, meta = resume(tmp_path / str(stage), layout, STEPS, DROPOUT)
+        assert not meta["resharded"] and first + second == uninterrupted
+
+
 # --- the manifest ---------------------------------------------------------------------
 
 def test_manifest_records_config_layout_checksums_and_pieces(tmp_path):
@@ -125,7 +144,7 @@ def test_manifest_records_config_layout_checksums_and_pieces(tmp_path):
     step_dir, manifest = open_manifest(tmp_path)
     assert step_dir.name == "step_000001" and (tmp_path / "latest").read_text().strip() == "step_000001"
     assert manifest["config"]["n_head"] == CONFIG.n_head and manifest["step"] == 1
-    assert manifest["mesh"] == {"dp": 2, "tp": 2, "pp": 1, "cp": 1} and manifest["layout"]["zero"] is True
+    assert manifest["mesh"] == {"dp": 2, "tp": 2, "pp": 1, "cp": 1} and manifest["layout"]["zero"] == 1  # the ZeRO stage
     assert manifest["optimizer"]["type"] == "ZeroOptimizer" and manifest["optimizer"]["defaults"]["lr"] == 1e-2
     for name, facts in manifest["files"].items():
         data = (step_dir / name).read_bytes()

@@ -8,6 +8,7 @@ import parallel.bench.dp
 import parallel.bench.pp
 import parallel.bench.prune
 import parallel.bench.tp
+import parallel.bench.zero
 import parallel.compress.__main__ as compress_cli
 import parallel.plan.__main__ as plan_cli
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
@@ -28,6 +29,7 @@ PLAN = ["--config", "medium", "--devices", "4"]
     (compress_cli.main, ["prune", "--finetune-steps", "0"], "--finetune-steps=0 must be ≥ 1"),
     (compress_cli.main, ["distill", "--alpha", "1.5"], "--alpha=1.5 must be in [0, 1]"),
     (compress_cli.main, ["distill", "--temperature", "0"], "--temperature=0.0 must be a finite number > 0"),
+    (parallel.bench.zero.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (plan_cli.main, ["--config", "medium", "--devices", "0"], "--devices=0 must be ≥ 1"),
     (plan_cli.main, [*PLAN, "--batch", "0"], "--batch=0 must be ≥ 1"),
     (plan_cli.main, [*PLAN, "--mem-per-device", "0GB"], "--mem-per-device=0 must be ≥ 1"),

@@ -104,3 +104,34 @@ def test_reducer_counts_a_missing_gradient_as_zeros_even_after_a_round_that_had_
         return p.grad
     for g in run_threads(2, rank_fn):
         np.testing.assert_array_equal(g, np.full(3, 0.5))
+
+
+@given(n=st.integers(1, 4), rounds=st.integers(1, 2), seed=seeds)
+def test_sharded_reducer_keeps_this_ranks_chunk_of_the_mean_and_frees_the_gradients(n, rounds, seed):
+    from parallel.reducer import ShardedReducer
+
+    shapes = [(3, 2), (5,), (1,)]
+
+    def rank_fn():
+        group = parallel.world()
+        rng = np.random.default_rng([seed, group.rank])
+        ps = params_of(shapes, rng, grads=False)
+        reducer = ShardedReducer(ps, group, bucket_mb=40 / 2**20)  # 40 bytes: buckets of 6, 5 and 1 float64s
+        sent = []
+        for _ in range(rounds):
+            for p in ps:
+                p.grad = rng.standard_normal(p.shape)
+            sent.append(np.concatenate([p.grad.reshape(-1) for p in ps]))  # the buckets: ps in the order given
+            reducer.finish()
+            assert all(p.grad is None for p in ps) and reducer.in_flight_bytes() == 0
+        return group.all_gather(np.sum(sent, axis=0)[None]), [b.grad_shard.copy() for b in reducer.buckets], \
+            [[q.shape for q in b.params] for b in reducer.buckets]
+
+    for rank, (everyone, shards, layout) in enumerate(run_threads(n, rank_fn, timeout=30)):
+        mean = everyone.mean(axis=0)
+        start = 0
+        for shard, shapes_in_bucket in zip(shards, layout):
+            numel = sum(int(np.prod(s)) for s in shapes_in_bucket)
+            padded = np.concatenate([mean[start:start + numel], np.zeros(len(shard) * n - numel)])
+            np.testing.assert_allclose(shard, padded[rank * len(shard):(rank + 1) * len(shard)], rtol=1e-12)
+            start += numel

@@ -182,3 +182,22 @@ def test_python_dash_m_runs_the_job_with_one_blas_thread_and_help_works():
     out = run(*flags(steps=1))
     assert "BLAS threads: 1 per process (parallel.train restarted itself with OPENBLAS_NUM_THREADS=1" in out
     assert "held-out exact match" in out
+
+
+@pytest.mark.parametrize("extra, stage", [(["--zero"], 1), (["--zero", "2"], 2), (["--zero", "3"], 3), ([], 0)])
+def test_zero_takes_a_stage_and_plain_zero_means_one(extra, stage):
+    assert build_parser().parse_args(extra).zero == stage
+
+
+def test_zero_3_with_tensor_and_pipeline_parallelism_passes_the_check(capsys):
+    result = main(flags("--threads", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "2",
+                        "--zero", "3", "--check"))
+    out = capsys.readouterr().out
+    assert result["check"] <= 1e-9 and "ZeRO-3" in out
+    assert re.search(r"^  dp all_gather +\d+ calls", out, re.M) and re.search(r"^  dp reduce_scatter", out, re.M)
+
+
+def test_a_zero_stage_out_of_range_is_a_flag_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags("--zero", "4"))
+    assert exit_info.value.code == 2 and "--zero: invalid choice: 4" in capsys.readouterr().err

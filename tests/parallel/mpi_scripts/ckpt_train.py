@@ -1,6 +1,6 @@
 """Checkpoint worker: train, save, or resume and continue; rank 0 prints one JSON line per step.
 
-    [mpiexec -n N python -m mpi4py] ckpt_train.py DIR dp,tp,pp [--zero] --steps N
+    [mpiexec -n N python -m mpi4py] ckpt_train.py DIR dp,tp,pp [--zero [STAGE]] --steps N
         [--save-at K] [--resume] [--hang-after-save]
 
 --save-at K saves after step K (then prints "saved K"); --hang-after-save then sleeps
@@ -18,7 +18,7 @@ from parallel.checkpoint import load_checkpoint, save_checkpoint
 parser = argparse.ArgumentParser()
 parser.add_argument("dir")
 parser.add_argument("layout")
-parser.add_argument("--zero", action="store_true")
+parser.add_argument("--zero", type=int, nargs="?", const=1, default=0)
 parser.add_argument("--steps", type=int, required=True)
 parser.add_argument("--save-at", type=int)
 parser.add_argument("--resume", action="store_true")

@@ -213,3 +213,89 @@ def check_zero(run, ref, n, steps):
     itemsize = 8  # float64 moments, two of them per element
     assert run["state_bytes"] == 2 * itemsize * padded // n
     assert abs(run["state_bytes"] - ref["state_bytes"] / n) <= 2 * itemsize
+
+
+# --- ZeRO-2 / ZeRO-3 (parallel.fully_sharded) ---------------------------------------
+
+# ZeRO-3 units: TinyNet's `twice` is called twice per forward; its embedding is tied to the
+# head, so it stays in the root unit (gathered for the whole forward); `frozen` is in none.
+UNITS = {"tiny": ["twice", "fc", "proj", "ln"], "gpt": ["tok_emb", "blocks.0", "blocks.1", "ln_f", "lm_head"]}
+
+
+def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1):
+    """FullyShardedDataParallel (stage 2 or 3) on this rank, seeded differently from every
+    other rank; the first micro-1 micro-steps under no_sync. Records the gathered gradients,
+    the counted communication and the bytes the rank holds after the last step."""
+    from parallel import FullyShardedDataParallel
+    from parallel.fully_sharded import held_bytes
+
+    rank, n = group.rank, group.size
+    mt.manual_seed(seed + 1000 * rank)
+    model = MODELS[model_name]()
+    fsdp = FullyShardedDataParallel(model, group, stage=stage, units=UNITS[model_name] if stage == 3 else (),
+                                    prefetch=prefetch)
+    opt = fsdp.configure_optimizer(LR, BETAS, EPS, WEIGHT_DECAY)
+    initial = fsdp.full_state_dict()
+    groups = [group] + ([fsdp.sharding.group] if fsdp.sharding else [])
+
+    def counted():
+        stats = [g.stats() for g in groups]
+        for g in groups:
+            g.reset_stats()
+        return stats
+    counted()
+    losses, grads, stats = [], [], []
+    for batch in data:
+        opt.zero_grad()
+        mbs = micro_batches(batch, rank, n, micro)
+        with fsdp.no_sync():
+            loss = local_step(fsdp, mbs[:-1], micro)
+        loss += local_step(fsdp, mbs[-1:], micro)
+        losses.append(loss)
+        backward = counted()
+        grads.append(fsdp.full_grads())
+        counted()
+        opt.step()
+        stats.append((backward, counted()))
+    buckets = fsdp.reducer.buckets
+    shards = [b.param_shard for b in buckets] if stage == 3 else []
+    memory = {"params": held_bytes([p.data for p in model.parameters()] + shards),
+              "grads": held_bytes([p.grad for p in model.parameters() if p.grad is not None]
+                                  + [b.grad_shard for b in buckets]),
+              "optim": opt.state_bytes()}
+    uses = [unit.name for unit in fsdp.sharding.forward_order] if fsdp.sharding else []
+    gathered = sum(uses.count(unit.name) * unit.bucket.shard_size * n for unit in fsdp.sharding.units) if uses else 0
+    return dict(initial=initial, losses=global_mean(group, losses), grads=grads, final=fsdp.full_state_dict(),
+                stats=stats, memory=memory, micro=micro, padded=sum(b.shard_size for b in buckets) * n, gathered=gathered,
+                frozen=sum(p.data.nbytes for p in model.parameters() if not p.requires_grad))
+
+
+def check_fully_sharded(run, ref, n, stage, steps):
+    """Same losses, every gradient and the parameters after each AdamW step as one device;
+    per step exactly the formula's communication; the bytes held equal the formula."""
+    for name, value in ref["initial"].items():
+        np.testing.assert_array_equal(run["initial"][name], value, err_msg=f"initial {name}")
+    assert_close(run["losses"], np.array(ref["losses"]))
+    for got, want in zip(run["grads"], ref["grads"]):
+        assert got.keys() == want.keys()
+        for name in want:
+            assert_close(got[name], want[name], f"gradient of {name}")
+    for name, value in ref["final"].items():
+        assert_close(run["final"][name], value, f"{name} after {steps} steps")
+    itemsize, padded = 8, run["padded"]  # float64; each bucket padded to n equal chunks
+    # Rajbhandari et al. with K = 2 (AdamW's two moments) in bytes of float64, Ψ/n meaning
+    # Σ over buckets of ceil(Ψ_bucket / n): stage 2 keeps Ψ params, Ψ/n grads, KΨ/n states;
+    # stage 3 Ψ/n params too (plus the frozen parameters, which every rank keeps whole).
+    shard_bytes = padded // n * itemsize
+    expected = {"params": (shard_bytes if stage == 3 else ref["numel"] * itemsize) + run["frozen"],
+                "grads": shard_bytes, "optim": 2 * shard_bytes}
+    assert run["memory"] == expected, (run["memory"], expected)
+    for (backward, after_step) in run["stats"]:
+        # one reduce-scatter of every bucket per step (the synced backward), (n-1)/n of it per rank
+        reduced = backward[0]["reduce_scatter"]
+        assert (reduced["elements"], reduced["bytes"]) == (padded, (n - 1) * padded * itemsize // n), reduced
+        if stage == 2:  # the step's all-gather of the updated chunks: stages 1 and 2 move what DP moves
+            assert after_step[0]["all_gather"]["elements"] == padded
+        else:  # every use of a unit gathered twice per micro-batch, forward and backward: 1.5x DP at one use
+            assert set(after_step[0]) == set() and set(backward[0]) == {"reduce_scatter"}
+            assert backward[1]["all_gather"]["elements"] == 2 * run["micro"] * run["gathered"]

@@ -1,0 +1,496 @@
+"""ZeRO stages 2 and 3 (Rajbhandari et al., 2020; PyTorch FSDP): shard the gradients, then the parameters.
+
+    stage   what each of the n dp ranks keeps between steps            (ZeRO-1: zero.py)
+      1     full parameters, full gradients, 1/n of the AdamW moments
+      2     full parameters, 1/n of the averaged gradients, 1/n of the moments
+      3     1/n of the parameters, 1/n of the gradients, 1/n of the moments
+
+Stage 2. The gradient reducer's buckets are reduce-scattered instead of all-reduced
+(`reducer.ShardedReducer`), each as soon as backward has made it ready (DataParallel's
+hooks start them in index order), and every full `.grad` of the bucket is freed: the
+rank keeps only its chunk of the averaged gradient. The optimizer updates its chunk of
+the parameters and all-gathers them (ZeroOptimizer, stage 2).
+
+Stage 3. The parameters are grouped into units (a transformer block, the embedding,
+the head: `FlatUnit`), each laid end to end and cut into n chunks; a rank keeps only its
+chunk (`param_shard`), and a parameter's `.data` is a placeholder of its shape (NaN: a
+read outside its unit shows). Around every use of a unit (`fully_shard` wraps its forward):
+
+    forward:   all-gather the unit (prefetched: issued while the previous unit computed)
+               run it: the graph saves a *reference* to each parameter's place, not its
+               values (minitensor.autograd.saved_tensors_hooks), then free the gathered copy
+    backward:  the first read of a saved reference all-gathers the unit again (and issues
+               the next ones ahead), and the copy is freed when the last node that saved
+               it has been released
+    gradients: the unit's gradients are reduce-scattered as soon as they are final
+               (the same ShardedReducer, one bucket per unit)
+
+The order of the all-gathers is data, not an accident of autograd: each forward pass of
+a `Sharding` records its uses of units; its backward gathers are exactly those uses in
+reverse (`Pass.gathers`), issued strictly in that order (`gathers_due`), each once. A use a
+rank's loss does not reach (never read in backward) is still gathered, in its place,
+when a later one is needed (or right after the last one that is), so every rank issues
+the same collectives in the same order; a unit used twice (tied, or called twice) is
+gathered once per use. `schedule()` prints the list; `check_gathers` proves that ranks
+whose backward reaches different uses still issue the same sequence.
+
+The all-gathers run on their own communicator (a copy of the dp group) so that they
+never interleave with the gradient reduce-scatters, whose timing depends on hooks.
+"""
+import contextlib
+import time
+
+import numpy as np
+
+from minitensor.autograd import is_grad_enabled, saved_tensors_hooks, topological_order
+
+from .data_parallel import DataParallel, output_tensors
+from .reducer import ShardedReducer, values_chunk
+from .zero import ZeroOptimizer
+
+_FREED = {}
+
+
+def freed_placeholder(p):
+    """A stand-in of the parameter's shape and dtype holding no memory (one shared NaN):
+    any read of a freed parameter outside its unit turns the result into NaN."""
+    scalar = _FREED.setdefault(p.dtype, np.array(np.nan, p.dtype))
+    return np.broadcast_to(scalar, p.shape)
+
+
+def owner(array):
+    """The array that owns the memory `array` views."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+class FlatUnit:
+    """One sharding unit: its trainable parameters end to end in `bucket` (n equal chunks,
+    the reducer's bucket for the same parameters), of which this rank keeps `param_shard`."""
+
+    def __init__(self, name, bucket, group):
+        self.name, self.bucket, self.group = name, bucket, group
+        self.params = bucket.params
+        bucket.param_shard = values_chunk(bucket, group.rank)
+        self.free()
+
+    def start_gather(self):
+        return self.group.all_gather(self.bucket.param_shard, async_op=True)
+
+    def attach(self, full):
+        """Point every parameter's .data at its piece of the gathered flat `full`."""
+        for p, where in zip(self.params, self.bucket.slices):
+            p.data = full[where].reshape(p.shape)
+
+    def free(self):
+        for p in self.params:
+            p.data = freed_placeholder(p)
+
+    @property
+    def full_bytes(self):
+        return self.bucket.shard_size * self.group.size * self.bucket.param_shard.itemsize
+
+    def __repr__(self):
+        return f"FlatUnit({self.name}, {len(self.params)} params, {self.bucket.numel} elements)"
+
+
+class Use:
+    """One use of a unit in one forward pass: its backward gather (an entry of the pass's
+    list), the gathered copy while backward needs it, and how many saved references remain."""
+
+    def __init__(self, unit, a_pass):
+        self.unit, self.a_pass = unit, a_pass
+        self.full, self.request, self.refs = None, None, 0
+        self.issued, self.needed = False, True
+
+
+class SavedParameter:
+    """What the graph keeps instead of a parameter array: the use and where in its flat copy."""
+
+    def __init__(self, use, array, full):
+        self.use = use
+        self.offset = array.__array_interface__["data"][0] - owner(full).__array_interface__["data"][0]
+        self.shape, self.strides, self.dtype = array.shape, array.strides, array.dtype
+        use.refs += 1
+
+    def view(self):
+        return np.ndarray(self.shape, self.dtype, buffer=owner(self.use.full), offset=self.offset,
+                          strides=self.strides)
+
+    def __del__(self):  # the node that saved it is gone: free the copy after its last reference
+        use = self.use
+        use.refs -= 1
+        if use.refs == 0:
+            use.full = None
+
+
+class Pass:
+    """One forward pass through a Sharding: its uses in the order they finished; backward
+    gathers every one again, in reverse (fixed when the pass ends). A use whose graph saved
+    no parameter (an embedding's backward needs only the indices) is never read: gathered
+    in its place all the same, so the count is the formula's, two gathers per use."""
+
+    def __init__(self):
+        self.uses, self.started, self.gathers = [], [], []
+
+    def close(self):
+        self.gathers = self.uses[::-1]
+        for use in self.gathers:
+            use.needed = use.refs > 0
+
+
+class Sharding:
+    """The units of one module tree and the order their all-gathers run in (module docstring).
+
+    `names`: the units' names, `buckets`: the ShardedReducer's buckets holding their
+    parameters (in the same order), `group`: the dp group (gathers run on a copy of it),
+    `prefetch`: how many gathers are issued ahead in forward and in backward; `first_order`:
+    the unit names in the order the first forward is expected to use them (default `names`)."""
+
+    def __init__(self, names, buckets, group, prefetch=1, first_order=None):
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch={prefetch!r} must be a non-negative int")
+        self.group = group.split(0)  # the gathers' own communicator
+        self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
+        self.prefetch = prefetch
+        by_name = {unit.name: unit for unit in self.units}
+        # the last pass's order of uses, which the forward prefetch follows
+        self.forward_order = [by_name[name] for name in first_order or names]
+        self.passes, self.current, self.running = [], None, []
+        self.prefetched = {}  # unit -> its forward gather issued ahead
+        self.events, self.t0 = [], time.perf_counter()  # the last step's (kind, unit, start, end)
+        self.step_done = False  # finish() ran: the next event starts a new step's record
+        self.peak_gathered_bytes = 0
+        self.last_pass = None  # the last forward pass with backward gathers to come
+
+    # --- forward -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def forward_pass(self):
+        """Record one forward pass (nested calls join the outer one)."""
+        if self.current is not None:
+            yield
+            return
+        self.current = Pass()
+        try:
+            with saved_tensors_hooks(self.pack, self.unpack):
+                yield
+        finally:
+            finished, self.current = self.current, None
+            for unit in list(self.prefetched):  # issued ahead but not used: complete and drop
+                self.prefetched.pop(unit).wait()
+            if finished.started:
+                self.forward_order = finished.started
+            finished.close()
+            self.last_pass = finished if is_grad_enabled() and finished.gathers else None
+            if self.last_pass:
+                self.passes.append(finished)
+
+    def run_unit(self, unit, forward, *args, **kwargs):
+        """A unit's forward: gather (or take the prefetched gather), prefetch the next, run, free."""
+        with self.forward_pass():
+            use = Use(unit, self.current)
+            self.current.started.append(unit)
+            request = self.prefetched.pop(unit, None) or self.issue(unit, "forward")
+            self.prefetch_after(len(self.current.started) - 1)
+            use.full = self.wait(request, unit, "forward")
+            unit.attach(use.full)
+            self.running.append(use)
+            self.note_gathered()
+            start = time.perf_counter()
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self.log("F", unit, start)
+                self.running.pop()
+                self.current.uses.append(use)
+                unit.free()
+                use.full = None
+
+    def prefetch_after(self, index):
+        for unit in self.forward_order[index + 1:index + 1 + self.prefetch]:
+            if unit not in self.prefetched:
+                self.prefetched[unit] = self.issue(unit, "forward")
+
+    # --- the saved references and backward -----------------------------------------
+
+    def pack(self, array):
+        """A saved array that views a running unit's gathered copy becomes a reference."""
+        memory = owner(array)
+        for use in self.running:
+            if use.full is not None and memory is owner(use.full):
+                return SavedParameter(use, array, use.full)
+        return array
+
+    def unpack(self, saved):
+        if not isinstance(saved, SavedParameter):
+            return saved
+        use = saved.use
+        if use.full is None:
+            self.gather_for_backward(use)
+        return saved.view()
+
+    def gather_for_backward(self, use):
+        """Issue this pass's backward gathers in order through `use` (and `prefetch` more, and
+        every following one that this rank's backward will not reach), then wait for `use`."""
+        if use not in use.a_pass.gathers or use.issued and use.request is None:
+            raise RuntimeError(f"unit {use.unit.name} is read in backward after its scheduled all-gather: "
+                               f"the gathers would no longer match across ranks")
+        order = use.a_pass.gathers
+        due = gathers_due([o.needed for o in order], [o.issued for o in order], order.index(use), self.prefetch)
+        for k in due:
+            order[k].request, order[k].issued = self.issue(order[k].unit, "backward"), True
+        use.full = self.wait(use.request, use.unit, "backward")
+        use.request = None
+        self.note_gathered()
+
+    def mark_unreached(self, outputs):
+        """After a forward pass (plain API): the uses whose saved references backward from
+        `outputs` never reads are gathered only to keep every rank in step."""
+        last = self.last_pass
+        if last is None:
+            return
+        reached = set()
+        for root in outputs:
+            for t in topological_order(root):
+                saved = getattr(t._node, "saved", ())
+                reached.update(id(s.use) for s in getattr(saved, "packed", ()) if isinstance(s, SavedParameter))
+        for use in last.gathers:
+            use.needed = id(use) in reached
+        if not any(use.needed for use in last.gathers):
+            self.finish_pass(last)
+
+    def finish_pass(self, a_pass):
+        """Issue the pass's backward gathers not yet issued, in order; complete the ones
+        nobody here waited for and drop their copies."""
+        for use in a_pass.gathers:
+            if not use.issued:
+                use.request, use.issued = self.issue(use.unit, "backward"), True
+            if use.request is not None:
+                use.request.wait()
+                use.request = None
+        self.passes.remove(a_pass)
+
+    def finish(self):
+        """End of the step's backward (a sync point every rank reaches alike): issue every
+        backward gather still due, in order, and forget the step's passes."""
+        for a_pass in list(self.passes):
+            self.finish_pass(a_pass)
+        self.step_done = True
+
+    # --- communication and its record ------------------------------------------------
+
+    def issue(self, unit, phase):
+        self.log(f"gather-{phase}-issue", unit, time.perf_counter())
+        return unit.start_gather()
+
+    def wait(self, request, unit, phase):
+        start = time.perf_counter()
+        full = request.wait()
+        self.log(f"gather-{phase}-wait", unit, start)
+        return full
+
+    def log(self, kind, unit, start):
+        if self.step_done:
+            self.reset_peak()
+        self.events.append((kind, unit.name, start - self.t0, time.perf_counter() - self.t0))
+
+    def note_gathered(self):
+        """Keep the peak of the gathered copies alive now: the completed ones (measured from
+        the live arrays) and the buffers of the gathers in flight (prefetched)."""
+        uses = [u for a_pass in self.passes for u in a_pass.uses] + self.running
+        live = {id(owner(u.full)): owner(u.full).nbytes for u in uses if u.full is not None}
+        in_flight = [unit.full_bytes for unit in self.prefetched] + [u.unit.full_bytes for u in uses if u.request]
+        self.peak_gathered_bytes = max(self.peak_gathered_bytes, sum(live.values()) + sum(in_flight))
+
+    def reset_peak(self):
+        """Forget the peak and the events: a new step's record starts."""
+        self.peak_gathered_bytes, self.step_done = 0, False
+        self.events, self.t0 = [], time.perf_counter()
+
+    @contextlib.contextmanager
+    def full_parameters(self, writeback=False):
+        """Every unit gathered for the block (FSDP's summon_full_params); with writeback, the
+        values the block leaves in the parameters become the shards afterwards."""
+        for unit in self.units:
+            unit.attach(unit.group.all_gather(unit.bucket.param_shard))
+        try:
+            yield
+        finally:
+            for unit in self.units:
+                if writeback:
+                    unit.bucket.param_shard[:] = values_chunk(unit.bucket, unit.group.rank)
+                unit.free()
+
+    def schedule(self):
+        """The all-gathers of one step as data: [(phase, unit name)] in issue order, for a pass
+        that uses every unit once in order (prefetch only moves when each is issued)."""
+        names = [unit.name for unit in self.forward_order]
+        return [("forward", n) for n in names] + [("backward", n) for n in reversed(names)]
+
+
+def gathers_due(needed, issued, position, prefetch):
+    """Which backward gathers of a pass (indices into its list) to issue now that entry
+    `position` is read: every one not yet issued up to it, `prefetch` more, and those after
+    it that this rank will never read until the next it will (needed[k] False): so every
+    rank issues the whole list, in order, whatever its loss reaches."""
+    # exercise 13.2: the stage-3 backward gathers, in the pass's order
+    # hint: entry k is due if not issued[k] and either k <= position + prefetch, or every entry
+    # hint: position+1 .. k is one this rank will not read (not needed).
+    due = []
+    for k in range(len(needed)):
+        unneeded_between = not any(needed[position + 1:k + 1])
+        if not issued[k] and (k <= position + prefetch or unneeded_between):
+            due.append(k)
+    return due
+    # end exercise
+
+
+def check_gathers(needed_by_rank, prefetch):
+    """Simulate one pass's backward gathers on every rank (needed_by_rank[r][k]: does rank r's
+    backward read entry k; ranks read their entries in order) under `gathers_due`, with
+    collectives that complete once every rank has issued them. Returns each rank's issue
+    order; raises ValueError on a deadlock or if two ranks issue different sequences."""
+    ranks = len(needed_by_rank)
+    length = len(needed_by_rank[0])
+    issued = [[False] * length for _ in range(ranks)]
+    sequences = [[] for _ in range(ranks)]
+    reads = [[k for k in range(length) if needed[k]] for needed in needed_by_rank]
+    progress = True
+    while progress:
+        progress = False
+        for r in range(ranks):
+            if reads[r]:
+                position = reads[r][0]
+                for k in gathers_due(needed_by_rank[r], issued[r], position, prefetch):
+                    issued[r][k] = True
+                    sequences[r].append(k)
+                    progress = True
+                if all(issued[s][position] for s in range(ranks)):  # the wait completes
+                    reads[r].pop(0)
+                    progress = True
+            elif not all(issued[r]):  # the step's sync point: issue the rest, in order
+                for k in range(length):
+                    if not issued[r][k]:
+                        issued[r][k] = True
+                        sequences[r].append(k)
+                progress = True
+    stuck = {r: reads[r][0] for r in range(ranks) if reads[r]}
+    if stuck:
+        raise ValueError(f"deadlock: ranks wait for backward gathers {stuck}, issued {sequences}")
+    if any(sequence != sequences[0] for sequence in sequences):
+        raise ValueError(f"ranks issue different gather sequences: {sequences}")
+    return sequences
+
+
+def fully_shard(module, sharding, unit=None):
+    """Run `module`'s forward as one use of `unit` (in place, as FSDP2's fully_shard: names and
+    attributes stay); without a unit, as one forward pass of `sharding`."""
+    forward = module.forward
+
+    def sharded_forward(*args, **kwargs):
+        if unit is None:
+            with sharding.forward_pass():
+                return forward(*args, **kwargs)
+        return sharding.run_unit(unit, forward, *args, **kwargs)
+    module.forward = sharded_forward
+    return module
+
+
+def held_bytes(arrays):
+    """Bytes of memory the arrays hold: each owning buffer once, a freed placeholder none."""
+    owners = {id(o): o for o in map(owner, arrays)}
+    return sum(o.nbytes for o in owners.values() if o is not _FREED.get(o.dtype))
+
+
+def gather_grad_shards(buckets, group):
+    """{id(parameter): its full averaged gradient} from every rank's grad shards (collective)."""
+    grads = {}
+    for bucket in buckets:
+        flat = group.all_gather(bucket.grad_shard)
+        grads.update({id(p): flat[where].reshape(p.shape) for p, where in zip(bucket.params, bucket.slices)})
+    return grads
+
+
+def sharded_units(module, names):
+    """[(unit name, trainable parameters)] for the submodules `names`, then "root": the
+    trainable parameters of no listed submodule (a parameter two units share must be
+    there). Frozen parameters are in no unit: every rank keeps them whole."""
+    modules = dict(module.named_modules())
+    missing = [name for name in names if name not in modules]
+    if missing:
+        raise ValueError(f"units {missing} are not submodules; the submodules are {sorted(n for n in modules if n)}")
+    units, claimed = [], {}
+    for name in names:
+        params = [p for p in modules[name].parameters() if p.requires_grad]
+        twice = [claimed[id(p)] for p in params if id(p) in claimed]
+        if twice:
+            raise ValueError(f"unit {name!r} shares parameters with unit {twice[0]!r}; leave shared parameters "
+                             f"to the root unit")
+        claimed.update({id(p): name for p in params})
+        units.append((name, params))
+    root = [p for p in module.parameters() if p.requires_grad and id(p) not in claimed]
+    return [(name, params) for name, params in units + [("root", root)] if params]
+
+
+class FullyShardedDataParallel(DataParallel):
+    """ZeRO-2 (`stage=2`, FSDP's SHARD_GRAD_OP) or ZeRO-3 (`stage=3`, FULL_SHARD) over `group`.
+
+    A DataParallel (its hooks, no_sync, unused parameters) whose reducer reduce-scatters.
+    Stage 3 also shards the parameters per unit: `units` names submodules (each a unit;
+    the rest, e.g. a tied embedding, is the root unit, gathered for the whole forward),
+    `prefetch` is how many all-gathers run ahead. `configure_optimizer()` returns the
+    ZeroOptimizer that updates the shards; `full_state_dict()`/`full_grads()` the dense view.
+    """
+
+    def __init__(self, module, group, stage=3, units=(), prefetch=1, bucket_mb=25):
+        if stage not in (2, 3):
+            raise ValueError(f"FullyShardedDataParallel: stage={stage!r} is not 2 or 3 (ZeRO-1: ZeroOptimizer)")
+        self.stage = stage
+        self.units = sharded_units(module, list(units)) if stage == 3 else []
+        super().__init__(module, group, bucket_mb)
+        self.sharding = None
+        if stage == 3:
+            names = [name for name, _ in self.units]
+            self.sharding = Sharding(names[::-1], self.reducer.buckets, group, prefetch, names[-1:] + names[:-1]
+                                     if names[-1] == "root" else names)
+            by_name = {unit.name: unit for unit in self.sharding.units}
+            modules = dict(module.named_modules())
+            for name in units:
+                fully_shard(modules[name], self.sharding, by_name[name])
+            fully_shard(module, self.sharding, by_name.get("root"))
+
+    def make_reducer(self, trainable, bucket_mb):
+        if self.stage == 2:
+            return ShardedReducer(trainable[::-1], self.group, bucket_mb)
+        return ShardedReducer(trainable, self.group, param_lists=[params for _, params in self.units[::-1]])
+
+    def forward(self, *args, **kwargs):
+        output = super().forward(*args, **kwargs)
+        if self.sharding is not None and is_grad_enabled():
+            self.sharding.mark_unreached([t for t in output_tensors(output) if t.requires_grad])
+        return output
+
+    __call__ = forward
+
+    def reduce_buckets(self):
+        if self.sharding is not None:
+            self.sharding.finish()  # every backward gather issued before waiting for the reduce-scatters
+        super().reduce_buckets()
+
+    def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        trainable = [p for p in self.module.parameters() if p.requires_grad]
+        return ZeroOptimizer(trainable, self.group, lr, betas, eps, weight_decay, self.stage, self.reducer.buckets)
+
+    def full_parameters(self, writeback=False):
+        return self.sharding.full_parameters(writeback) if self.sharding else contextlib.nullcontext()
+
+    def full_state_dict(self):
+        with self.full_parameters():
+            return {name: p.data.copy() for name, p in self.module.named_parameters()}
+
+    def full_grads(self):
+        """Every trainable parameter's averaged gradient, by name (collective; after the sync)."""
+        grads = gather_grad_shards(self.reducer.buckets, self.group)
+        return {name: grads[id(p)] for name, p in self.module.named_parameters() if id(p) in grads}

@@ -1,0 +1,35 @@
+"""Chapter 13 (ZeRO sharding): the scripts run (threads, and mpiexec for the memory bars) and print
+the evidence the README talks about; the numbers are parsed and checked."""
+import re
+
+import pytest
+from chapter_runner import number_after, numbers_after, run_script
+
+CH13 = "tutorials/13_zero_sharding/"
+
+
+@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+def test_who_holds_what_measures_the_formula_on_every_rank_and_equals_one_device(how):
+    out = run_script(CH13 + "who_holds_what.py", **how)
+    n = how.get("threads", how.get("mpi_ranks"))
+    verdicts = re.findall(r"formula [\d,]+ B; every rank equal to it: (\w+)", out)
+    assert verdicts == ["True"] * 12  # params, grads, optim for stages 0-3
+    comm = re.findall(r"dp bytes per step on rank 0: ([\d,]+) \(formula (\d)Ψ\(n-1\)/n \+ the loss: ([\d,]+)\)", out)
+    assert [factor for _, factor, _ in comm] == ["2", "2", "2", "3"] and all(a == b for a, _, b in comm)
+    assert all(d <= 1e-12 for d in numbers_after("vs one device:", out))
+    held = [int(x.replace(",", "")) for x in re.search(r"stage 0 → 3: ([\d,]+) → ([\d,]+) → ([\d,]+) → ([\d,]+)",
+                                                       out).groups()]
+    assert held == sorted(held, reverse=True) and number_after("stage 3 saves", out) == pytest.approx(n, rel=0.01)
+    assert re.search(rf"blocks\.0 +[\d,]+ elements: rank 0 \[0, [\d,]+\).*rank {n - 1} \[", out)
+
+
+def test_prefetch_issues_every_forward_gather_ahead_and_holds_two_units():
+    out = run_script(CH13 + "prefetch_timeline.py", threads=2)
+    assert "(16 per step, each unit twice): F:tok_emb, F:pos_emb, F:blocks.0" in out
+    assert "B:blocks.0, B:pos_emb, B:tok_emb" in out
+    assert re.search(r"prefetch 0: forward gathers issued before the previous unit computed: 0 of 7", out)
+    assert re.search(r"prefetch 1: forward gathers issued before the previous unit computed: 7 of 7", out)
+    peaks = {int(p): int(b.replace(",", "")) for p, b in re.findall(r"prefetch (\d): peak gathered bytes ([\d,]+)", out)}
+    bound = {int(p): int(b.replace(",", "")) for p, b in re.findall(r"\(1 \+ (\d)\) x largest unit [\d,]+ = ([\d,]+)",
+                                                                    out)}
+    assert peaks[1] == bound[1] and bound[0] <= peaks[0] < peaks[1]
