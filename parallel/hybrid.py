@@ -73,6 +73,11 @@ class HybridGPT(ParallelModel):
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
+        ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
+        if int(zero) == 3 and ties:
+            raise ValueError(f"zero=3 with a {type(gpt).__name__}, whose head reads the token embedding's weight "
+                             "outside the embedding's forward: ZeRO-3 gathers a unit only around its own forward; "
+                             "use zero=2")
         self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
@@ -81,7 +86,7 @@ class HybridGPT(ParallelModel):
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
-        self.tied = TiedGradients(self.stages, mesh, ties=bool(set(gpt.first_parts) & set(gpt.last_parts)))
+        self.tied = TiedGradients(self.stages, mesh, ties)
         # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
         # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
         self.dp_reducer, self.shardings = None, []

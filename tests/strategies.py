@@ -136,7 +136,7 @@ def context_parallel_layouts(draw, max_world=8):
                   microbatches=draw(st.integers(1, 2)),
                   schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"])), chunks=1,
                   sequence_parallel=sequence_parallel,
-                  checkpoint_activations=draw(st.booleans()), zero=draw(st.booleans()))
+                  checkpoint_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
     n_head = tp * (cp if comm_type == "a2a" else 1) * draw(st.integers(1, 2))  # Ulysses splits heads over cp
     config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
                   n_head=n_head, d_model=n_head * draw(st.sampled_from([2, 4])), causal=draw(st.booleans()))

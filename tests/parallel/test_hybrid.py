@@ -8,9 +8,10 @@ from hypothesis import given, settings
 
 import parallel
 from minitensor import nn
-from minitensor.models.bert import BertConfig
+from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPTConfig
 from parallel import HybridGPT, Mesh, run_threads
+from parallel.comm.threads import single_rank_group
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid, run_single, tiny_config  # noqa: E402
@@ -217,7 +218,14 @@ def test_bert_in_any_layout_equals_one_device(drawn, seed):
 
 
 @pytest.mark.parametrize("spec", [layout(tp=2, pp=2, microbatches=2), layout(dp=2, pp=3, microbatches=3, zero=True),
-                                  layout(tp=2, pp=2, microbatches=2, sequence_parallel=True)])
+                                  layout(tp=2, pp=2, microbatches=2, sequence_parallel=True),
+                                  layout(dp=2, pp=2, microbatches=2, zero=2), layout(dp=2, tp=2, zero=2)])
 def test_bert_with_its_embedding_and_head_on_different_stages_equals_one_device(spec):
     config = tiny_config(spec, config_class=BertConfig, vocab_size=9)
     check_layout(spec, config, micro_batch=2, seq=4, accumulate=1, seed=7, steps=2)
+
+
+def test_zero_3_refuses_a_model_that_ties_its_ends():
+    bert = BERT(BertConfig(vocab_size=9, block_size=4, n_layer=1, n_head=2, d_model=4, sep_id=1))
+    with pytest.raises(ValueError, match="zero=3 with a BERT, whose head reads the token embedding"):
+        HybridGPT(bert, Mesh(1, 1, 1, world=single_rank_group()), zero=3)
