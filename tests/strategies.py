@@ -103,3 +103,8 @@ def zero_bubble_layouts(draw, max_world=8):
     schedule = draw(st.sampled_from(["zb-h1", "zb-h2", "1f1b", "gpipe"]))
     layout = dict(drawn["layout"], schedule=schedule, chunks=1, microbatches=draw(st.integers(1, 8)))
     return dict(drawn, layout=layout)
+
+# --- parallel.comm.link and parallel.comm_hooks ------------------------------------
+
+# (α seconds per message, β seconds per byte) of a simulated link, small enough to keep tests fast.
+link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.0, 1e-10, 1e-9]))

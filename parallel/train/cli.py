@@ -12,6 +12,7 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
+from ..comm.link import LINKS, parse_link
 from ..pipeline.schedules import SCHEDULES
 from .errors import configure_world, seconds
 from .loop import TrainingStopped, train
@@ -67,6 +68,9 @@ def build_parser():
     layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
     layout.add_argument("--zero", action="store_true", help="ZeRO-1: shard the AdamW moments over dp")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
+    comm = p.add_argument_group("communication (parallel.comm.link, parallel.comm_hooks, parallel.local_sgd)")
+    comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
+                      "the link's α–β time (" + ", ".join(LINKS) + "; or α s/message,β s/byte)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
                      help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
@@ -134,6 +138,8 @@ def check_args(args, world_size):
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
+    if args.link is not None:
+        parse_link(args.link)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:

@@ -11,6 +11,7 @@ import numpy as np
 import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 
+from ..comm.link import parse_link, with_link
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
@@ -65,7 +66,7 @@ def say(group, text):
 
 def train(args):
     """Train on this rank; returns {"losses", "metric", "check"} (metric and check on rank 0)."""
-    group = configure_world(args)
+    group = with_link(configure_world(args), args.link)  # --link: every group split from it is on it
     task = make_task(args)
     model = build(args, task, group)
     checker = SingleDeviceCheck(model.config, args, group) if args.check else None
@@ -81,7 +82,9 @@ def train(args):
     start = time.perf_counter()
     for step in range(first, args.steps + 1):
         checking = checker if checker and step < first + args.check else None
+        step_start = time.perf_counter()
         loss, step_stats = train_one_step(args, model, task, step, checking, group, losses)
+        step_seconds = time.perf_counter() - step_start
         losses.append(loss)
         done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
@@ -92,6 +95,8 @@ def train(args):
         if args.save and ((args.save_every and step % args.save_every == 0) or step == args.steps):
             from ..checkpoint import save_checkpoint  # (as load_checkpoint above)
             save_checkpoint(args.save, model, step=step, extra={"args": vars(args)})
+    if args.link and first <= args.steps:
+        say(group, "\n".join(report.link_lines(step_stats, parse_link(args.link), step_seconds)))
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 
