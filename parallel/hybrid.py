@@ -24,6 +24,7 @@ from minitensor.optim import AdamW
 
 from .comm.gather import gather_named_arrays
 from .data_parallel import broadcast_parameters
+from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
@@ -61,6 +62,7 @@ class HybridGPT(ParallelModel):
             trainable = [p for p in self.parameters() if p.requires_grad]
             self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
         self.optimizer = None
+        self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
 
@@ -86,6 +88,21 @@ class HybridGPT(ParallelModel):
         else:
             self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
         return self.optimizer
+
+    def register_comm_hook(self, hook):
+        """Reduce the dp gradients through `hook` (parallel.comm_hooks), not a plain all-reduce."""
+        if self.dp_reducer is None:
+            raise ValueError("a communication hook compresses the dp all-reduce, which ZeRO-1 replaces by its "
+                             "reduce-scatter: use one or the other")
+        self.dp_reducer.register_comm_hook(hook)
+
+    def configure_local_sgd(self, local_steps, outer_lr=0.7, outer_momentum=0.9):
+        """Local SGD / DiLoCo over dp (parallel.local_sgd): no dp reduction per step; every
+        `local_steps` optimizer steps the replicas average their pseudo-gradients."""
+        if self.dp_reducer is None:
+            raise ValueError("local SGD averages whole replicas over dp; ZeRO-1 shards the optimizer over dp: "
+                             "use one or the other")
+        self.outer = DiLoCo(self.dp_reducer, local_steps, outer_lr, outer_momentum)
 
     # --- training ------------------------------------------------------------------
 
@@ -127,7 +144,7 @@ class HybridGPT(ParallelModel):
             for p in self.parameters():
                 if p.grad is not None:
                     p.grad /= self.accumulated
-        if self.dp_reducer is not None:
+        if self.dp_reducer is not None and self.outer is None:
             self.dp_reducer.finish()
         self.synced = True
 
@@ -137,6 +154,8 @@ class HybridGPT(ParallelModel):
             raise RuntimeError("optimizer_step() before configure_optimizer()")
         self.finish_grad_sync()
         self.optimizer.step()
+        if self.outer is not None:
+            self.outer.step()  # every local_steps-th step: the dp average of the pseudo-gradients
         self.zero_grad()
 
     def zero_grad(self):

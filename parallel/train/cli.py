@@ -13,6 +13,7 @@ from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
 from ..comm.link import LINKS, parse_link
+from ..comm_hooks import METHODS, make_hook
 from ..pipeline.schedules import SCHEDULES
 from .errors import configure_world, seconds
 from .loop import TrainingStopped, train
@@ -71,6 +72,12 @@ def build_parser():
     comm = p.add_argument_group("communication (parallel.comm.link, parallel.comm_hooks, parallel.local_sgd)")
     comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
                       "the link's α–β time (" + ", ".join(LINKS) + "; or α s/message,β s/byte)")
+    comm.add_argument("--compress", default="none", metavar="|".join(METHODS),
+                      help="compress the dp gradient all-reduce, with error feedback (default none)")
+    comm.add_argument("--local-steps", type=int, metavar="H",
+                      help="local SGD / DiLoCo: H AdamW steps per replica, then average the pseudo-gradients")
+    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 0.7)")
+    comm.add_argument("--outer-momentum", type=float, help="DiLoCo's outer Nesterov momentum (default 0.9)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
                      help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
@@ -138,12 +145,42 @@ def check_args(args, world_size):
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
-    if args.link is not None:
-        parse_link(args.link)
+    check_communication_args(args)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:
         raise ValueError("--overwrite needs --save DIR")
+
+
+def check_communication_args(args):
+    """--link, --compress, --local-steps and the outer optimizer's flags, alone and together."""
+    if args.link is not None:
+        parse_link(args.link)
+    compress = make_hook(args.compress) is not None
+    if args.local_steps is not None and args.local_steps < 1:
+        raise ValueError(f"--local-steps={args.local_steps} must be ≥ 1")
+    outer = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("outer_lr", "outer_momentum")
+             if getattr(args, name) is not None]
+    if outer and args.local_steps is None:
+        raise ValueError(f"{' and '.join(outer)} set DiLoCo's outer optimizer, which needs --local-steps H")
+    if args.outer_lr is not None and not args.outer_lr > 0:
+        raise ValueError(f"--outer-lr={args.outer_lr} must be a number > 0")
+    if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
+        raise ValueError(f"--outer-momentum={args.outer_momentum} must be in [0, 1)")
+    for flag, on in ((f"--compress {args.compress}", compress), (f"--local-steps {args.local_steps}",
+                                                                 args.local_steps is not None)):
+        if on and args.zero:
+            raise ValueError(f"{flag} acts on the dp all-reduce of whole replicas, which --zero replaces by "
+                             f"sharding over dp: use one or the other")
+        if on and args.dp == 1:
+            raise ValueError(f"{flag} acts on the communication over dp, but --dp is 1")
+        if args.local_steps is not None and (args.save or args.resume):
+            raise ValueError(f"--local-steps {args.local_steps} with --{'save' if args.save else 'resume'}: "
+                             f"checkpoints hold one replica and no outer-optimizer state yet")
+        if on and args.check:
+            raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
+                             f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "
+                             f"test_local_sgd.py)")
 
 
 def main(argv=None):

@@ -12,6 +12,7 @@ import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm.link import parse_link, with_link
+from ..comm_hooks import make_hook
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
@@ -35,6 +36,12 @@ def build(args, task, group):
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
+    hook = make_hook(args.compress, seed=args.seed)
+    if hook is not None:
+        model.register_comm_hook(hook)
+    if args.local_steps is not None:
+        model.configure_local_sgd(args.local_steps, args.outer_lr if args.outer_lr is not None else 0.7,
+                                  args.outer_momentum if args.outer_momentum is not None else 0.9)
     return model
 
 
@@ -95,6 +102,8 @@ def train(args):
         if args.save and ((args.save_every and step % args.save_every == 0) or step == args.steps):
             from ..checkpoint import save_checkpoint  # (as load_checkpoint above)
             save_checkpoint(args.save, model, step=step, extra={"args": vars(args)})
+    if model.outer is not None and model.outer.inner_steps:
+        model.outer.sync()  # the replicas agree before evaluation
     if args.link and first <= args.steps:
         say(group, "\n".join(report.link_lines(step_stats, parse_link(args.link), step_seconds)))
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)

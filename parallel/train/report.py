@@ -37,7 +37,9 @@ def startup_summary(args, model, group):
     config, mesh = model.config, model.mesh
     switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
                                       ("activation checkpointing", args.checkpoint_activations),
-                                      ("ZeRO-1", args.zero)) if on]
+                                      ("ZeRO-1", args.zero), (f"link {args.link}", args.link),
+                                      (f"compression {args.compress}", args.compress != "none"),
+                                      (f"local SGD every {args.local_steps} steps", args.local_steps)) if on]
     task = f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
     lines = [
         blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
