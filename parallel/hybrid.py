@@ -28,6 +28,7 @@ from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
+from .pipeline.timeline import Event
 from .reducer import Reducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
@@ -196,7 +197,14 @@ class HybridGPT(ParallelModel):
             stage.load_full_state_dict({name: state[name] for name in names})
 
     def events(self):
-        return self.pipeline.events
+        """The pipeline's actions of the last step and the dp buckets' communication spans
+        ("dp_bucket", numbered by bucket), on the pipeline's clock."""
+        buckets = []
+        if self.dp_reducer is not None and self.pipeline.events:
+            t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
+            buckets = [Event(rank, "dp_bucket", index, 0, start - t0, end - t0)
+                       for index, start, end in self.dp_reducer.spans if end is not None]
+        return self.pipeline.events + buckets
 
     # --- what the layout costs -------------------------------------------------------
 

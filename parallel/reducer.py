@@ -14,6 +14,8 @@ its gradient hooks), `HybridGPT` (one reduction over dp after the pipeline sched
 the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and
 `ZeroOptimizer` (which reduce-scatters one padded bucket instead of all-reducing).
 """
+import time
+
 import numpy as np
 
 MIB = 2**20
@@ -95,6 +97,7 @@ class Reducer:
         self.buckets = [Bucket(ps) for ps in assign_buckets(params, bucket_mb * MIB)]
         self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
         self.comm_hook = allreduce_hook
+        self.spans = []  # the last round's [bucket index, start, end] in time.perf_counter seconds
 
     def register_comm_hook(self, hook):
         """Communicate each bucket with `hook(group, index, bucket)` (see allreduce_hook)."""
@@ -107,6 +110,9 @@ class Reducer:
 
     def start_next(self):
         index = self.started
+        if index == 0:
+            self.spans = []
+        self.spans.append([index, time.perf_counter(), None])
         bucket = self.buckets[index]
         bucket.pack()
         self.requests.append(self.comm_hook(self.group, index, bucket))
@@ -118,8 +124,9 @@ class Reducer:
         # hint: and unpack its bucket divided by self.divisor; forget the requests for the next round.
         while self.started < len(self.buckets):
             self.start_next()
-        for bucket, request in zip(self.buckets, self.requests):
+        for bucket, request, span in zip(self.buckets, self.requests, self.spans):
             request.wait()
+            span[2] = time.perf_counter()  # when the reducer had the result: drawn in the timeline
             bucket.unpack(self.divisor)
         self.requests = []
         # end exercise

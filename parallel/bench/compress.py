@@ -108,12 +108,12 @@ def print_ratios(rows):
 def run_worker(args):
     """One run on the mpiexec ranks: parallel.train's model and steps, with an evaluation every
     --eval-every steps that stops the run at the target (all ranks agree by a broadcast)."""
+    from parallel.comm import world
+    from parallel.comm.link import with_link
     from parallel.train import build_parser
     from parallel.train.cli import check_args, fill_defaults
     from parallel.train.loop import build, evaluation, train_one_step
     from parallel.train.task import make_task
-    from parallel.comm.link import with_link
-    from parallel.comm import world
 
     method, link, seed = args.worker
     targs = fill_defaults(build_parser().parse_args(list(map(str, train_flags(method, link, seed, args.dp[0],

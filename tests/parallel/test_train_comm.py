@@ -62,3 +62,20 @@ def test_compression_on_a_link_under_mpiexec_gives_the_threads_losses():
     losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", result.stdout)]
     np.testing.assert_allclose(losses, threads, rtol=1e-4)  # the progress line prints 4 decimals
     assert "compression powersgd:2" in result.stdout
+
+
+def test_the_trace_draws_each_dp_bucket_against_backward(tmp_path):
+    import json
+
+    from parallel.comm.link import parse_link
+    trace = tmp_path / "trace.json"
+    main(flags("--threads", "2", "--dp", "2", "--link", "1gbe", "--trace", str(trace), steps=2))
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    for rank in (0, 1):
+        buckets = [e for e in events if e["pid"] == rank and e["cat"] == "dp_bucket"]
+        backward = [e for e in events if e["pid"] == rank and e["cat"] == "backward"]
+        assert buckets and backward
+        # HybridGPT reduces over dp after the pipeline's last backward; each span lasts at least the
+        # link's latency part of an all-reduce on 2 ranks.
+        assert min(b["ts"] for b in buckets) >= max(e["ts"] + e["dur"] for e in backward)
+        assert all(b["dur"] * 1e-6 >= 2 * parse_link("1gbe").alpha for b in buckets)  # 2(n−1)α at least
