@@ -63,6 +63,7 @@ class HybridGPT(ParallelModel):
             trainable = [p for p in self.parameters() if p.requires_grad]
             self.dp_reducer = Reducer(trainable[::-1], mesh.dp_group)
         self.optimizer = None
+        self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
         self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
@@ -96,6 +97,7 @@ class HybridGPT(ParallelModel):
             raise ValueError("a communication hook compresses the dp all-reduce, which ZeRO-1 replaces by its "
                              "reduce-scatter: use one or the other")
         self.dp_reducer.register_comm_hook(hook)
+        self.comm_hook = hook
 
     def configure_local_sgd(self, local_steps, outer_lr=0.7, outer_momentum=0.9):
         """Local SGD / DiLoCo over dp (parallel.local_sgd): no dp reduction per step; every

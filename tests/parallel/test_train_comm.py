@@ -79,3 +79,11 @@ def test_the_trace_draws_each_dp_bucket_against_backward(tmp_path):
         # link's latency part of an all-reduce on 2 ranks.
         assert min(b["ts"] for b in buckets) >= max(e["ts"] + e["dur"] for e in backward)
         assert all(b["dur"] * 1e-6 >= 2 * parse_link("1gbe").alpha for b in buckets)  # 2(n−1)α at least
+
+
+@pytest.mark.parametrize("method", ["powersgd:2", "topk:0.1"])
+def test_a_resumed_run_continues_the_compressor_state_and_the_same_losses(method, tmp_path):
+    extra = ["--threads", "2", "--dp", "2", "--dtype", "float64", "--compress", method]
+    whole = main(flags(*extra, "--save", str(tmp_path), "--save-every", "2", steps=4))["losses"]
+    resumed = main(flags(*extra, "--resume", str(tmp_path / "step_000002"), steps=4))["losses"]
+    np.testing.assert_allclose(resumed, whole[2:], rtol=1e-12)
