@@ -27,10 +27,11 @@ PARAMS, GRADS = 1, 2  # message tags
 
 
 def scripted_delays(seed, workers, steps):
-    """Virtual seconds of each worker's rounds: [w][t], in [0.5, 2) (one worker is 3× slower)."""
-    delays = np.random.default_rng(seed).uniform(0.5, 2.0, (workers, steps))
-    delays[-1] *= 3
-    return delays
+    """Virtual seconds of each worker's rounds, [w][t]: uniform in [0.5, 1.5), and a straggler
+    round (4× longer) with probability 0.2, as a machine that is sometimes busy elsewhere."""
+    rng = np.random.default_rng(seed)
+    delays = rng.uniform(0.5, 1.5, (workers, steps))
+    return np.where(rng.random((workers, steps)) < 0.2, 4 * delays, delays)
 
 
 def staleness_schedule(delays, staleness):
