@@ -58,9 +58,10 @@ def describe_roles(group):
             f"are workers")
 
 
-def run_parameter_server(group, model, optimizer, batch_of, steps, tau):
+def run_parameter_server(group, model, optimizer, batch_of, steps, tau, lr_of=None):
     """Train `model` on `group` (rank 0 the server, the others workers) for `steps` rounds with
-    the schedule `tau` (staleness_schedule). batch_of(worker, step) -> (idx, targets).
+    the schedule `tau` (staleness_schedule). batch_of(worker, step) -> (idx, targets);
+    lr_of(step): the server optimizer's learning rate for round `step` (default: unchanged).
     Returns the server's final parameters (flat) on rank 0, the worker's losses elsewhere."""
     workers = group.size - 1
     if workers < 1 or len(tau) != workers:
@@ -68,11 +69,16 @@ def run_parameter_server(group, model, optimizer, batch_of, steps, tau):
     params = [p for p in model.parameters() if p.requires_grad]
     flat = Bucket(params)
     if group.rank == 0:
-        return serve(group, optimizer, flat, steps, tau)
+        return serve(group, optimizer, flat, steps, tau, lr_of)
     return work(group, model, flat, batch_of, group.rank - 1, steps)
 
 
-def serve(group, optimizer, flat, steps, tau):
+def set_lr(optimizer, lr_of, step):
+    if lr_of is not None:
+        optimizer.defaults["lr"] = lr_of(step)
+
+
+def serve(group, optimizer, flat, steps, tau, lr_of):
     workers = len(tau)
     versions, sends = {0: flat.pack_values().copy()}, []
     for v in range(steps + 1):
@@ -86,6 +92,7 @@ def serve(group, optimizer, flat, steps, tau):
         flat.buffer[...] = total
         flat.unpack_values(versions[v])
         flat.unpack(divisor=workers)  # .grad = the mean gradient of round v
+        set_lr(optimizer, lr_of, v)
         optimizer.step()
         versions[v + 1] = flat.pack_values().copy()
     for request in sends:
@@ -106,7 +113,7 @@ def work(group, model, flat, batch_of, worker, steps):
     return losses
 
 
-def simulate(model, optimizer, batch_of, steps, tau):
+def simulate(model, optimizer, batch_of, steps, tau, lr_of=None):
     """The same training in one process, in the schedule's order: the reference of a run."""
     params = [p for p in model.parameters() if p.requires_grad]
     flat = Bucket(params)
@@ -122,6 +129,7 @@ def simulate(model, optimizer, batch_of, steps, tau):
         flat.buffer[...] = total
         flat.unpack_values(versions[t])
         flat.unpack(divisor=len(tau))
+        set_lr(optimizer, lr_of, t)
         optimizer.step()
         versions[t + 1] = flat.pack_values().copy()
     return versions[steps]

@@ -78,6 +78,8 @@ def build_parser():
                       help="local SGD / DiLoCo: H AdamW steps per replica, then average the pseudo-gradients")
     comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 0.7)")
     comm.add_argument("--outer-momentum", type=float, help="DiLoCo's outer Nesterov momentum (default 0.9)")
+    comm.add_argument("--async-staleness", type=int, metavar="S", help="asynchronous parameter server: rank 0 "
+                      "serves, --dp workers may compute on parameters up to S rounds old (world = dp + 1)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
                      help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
@@ -122,10 +124,11 @@ def check_args(args, world_size):
     message = bad_flag(args, RANGES)
     if message:
         raise ValueError(message)
-    layout = args.dp * args.tp * args.pp
+    server = args.async_staleness is not None  # --async-staleness: one more rank, the parameter server
+    layout = args.dp * args.tp * args.pp + server
     if layout != world_size:
-        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp} = {layout} ranks, "
-                         f"but the world has {world_size}")
+        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}{' + 1 server' if server else ''} = "
+                         f"{layout} ranks, but the world has {world_size}")
     if args.n_head % args.tp:
         raise ValueError(f"--n-head {args.n_head} is not divisible by --tp {args.tp}")
     if args.d_model % args.n_head:
@@ -167,6 +170,8 @@ def check_communication_args(args):
         raise ValueError(f"--outer-lr={args.outer_lr} must be a number > 0")
     if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
         raise ValueError(f"--outer-momentum={args.outer_momentum} must be in [0, 1)")
+    if args.async_staleness is not None:
+        check_parameter_server_args(args, compress)
     for flag, on in ((f"--compress {args.compress}", compress), (f"--local-steps {args.local_steps}",
                                                                  args.local_steps is not None)):
         if on and args.zero:
@@ -181,6 +186,24 @@ def check_communication_args(args):
             raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
                              f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "
                              f"test_local_sgd.py)")
+
+
+def check_parameter_server_args(args, compress):
+    """--async-staleness runs the dense model on dp workers: no other layout or communication flag."""
+    flag = f"--async-staleness {args.async_staleness}"
+    if args.async_staleness < 0:
+        raise ValueError(f"{flag} must be ≥ 0")
+    others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
+              "--zero" if args.zero else None, f"--compress {args.compress}" if compress else None,
+              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
+              f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
+              f"--accumulate {args.accumulate}" if args.accumulate > 1 else None,
+              "--check" if args.check else None, "--save" if args.save else None,
+              "--resume" if args.resume else None, "--trace" if args.trace else None]
+    others = [o for o in others if o]
+    if others:
+        raise ValueError(f"{flag} trains the dense model on --dp workers around one server; it does not combine "
+                         f"with {', '.join(others)}")
 
 
 def main(argv=None):

@@ -73,6 +73,9 @@ def say(group, text):
 
 def train(args):
     """Train on this rank; returns {"losses", "metric", "check"} (metric and check on rank 0)."""
+    if args.async_staleness is not None:
+        from .async_ps import train_parameter_server  # a run of its own kind: server + workers
+        return train_parameter_server(args, learning_rate, say)
     group = with_link(configure_world(args), args.link)  # --link: every group split from it is on it
     task = make_task(args)
     model = build(args, task, group)

@@ -87,3 +87,29 @@ def test_a_resumed_run_continues_the_compressor_state_and_the_same_losses(method
     whole = main(flags(*extra, "--save", str(tmp_path), "--save-every", "2", steps=4))["losses"]
     resumed = main(flags(*extra, "--resume", str(tmp_path / "step_000002"), steps=4))["losses"]
     np.testing.assert_allclose(resumed, whole[2:], rtol=1e-12)
+
+
+def test_async_staleness_zero_is_the_synchronous_run_of_the_same_flags(capsys):
+    extra = ["--dp", "2", "--dtype", "float64"]
+    synchronous = main(flags("--threads", "2", *extra, steps=4))["losses"]
+    server = main(flags("--threads", "3", *extra, "--async-staleness", "0", steps=4))
+    np.testing.assert_allclose(server["losses"], synchronous, rtol=1e-9)
+    stale = main(flags("--threads", "3", *extra, "--async-staleness", "2", steps=4))["losses"]
+    assert stale[0] == pytest.approx(synchronous[0], rel=1e-12) and not np.allclose(stale, synchronous, rtol=1e-9)
+    assert "parameter server: rank 0 holds the parameters and the optimizer; ranks 1..2 are workers" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--threads", "2", "--dp", "2", "--async-staleness", "1"],
+     "--dp 2 x --tp 1 x --pp 1 + 1 server = 3 ranks, but the world has 2"),
+    (["--threads", "5", "--dp", "2", "--tp", "2", "--async-staleness", "1"],
+     "--async-staleness 1 trains the dense model on --dp workers around one server; it does not combine with --tp 2"),
+    (["--threads", "3", "--dp", "2", "--async-staleness", "1", "--compress", "sign"], "does not combine with "
+                                                                                      "--compress sign"),
+])
+def test_async_staleness_errors_name_both_flags(extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags(*extra))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
