@@ -21,7 +21,8 @@ the β part of the modelled time, to rounding), so time and bytes cannot disagre
 
 Per kind of operation the group records (`link_stats()`):
     modelled_s  the sum of the modelled times
-    measured_s  the sum of the actual times (start until the inner operation completed)
+    measured_s  the sum of the actual times: start until this rank saw the inner operation
+                complete (a non-blocking one is only looked at when waited for)
     exposed_s   the time this rank spent blocked waiting for it (from the first wait until
                 completion): communication that compute did not hide
 """
