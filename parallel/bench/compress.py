@@ -6,7 +6,9 @@
 The addition task's default model (python -m parallel.train's defaults, float32), trained
 under mpiexec with dp ranks, each method on each link (parallel.comm.link), evaluated every
 --eval-every steps until held-out exact match reaches --target (95%) or --max-steps pass.
-`local:H` is local SGD / DiLoCo with H inner steps (--local-steps H). Per run (rank 0):
+`local:H` is DiLoCo with H inner steps and its default outer optimizer (--local-steps H:
+outer lr 0.7, Nesterov 0.9); `localsgd:H` is plain local SGD, model averaging every H
+steps (--local-steps H --outer-lr 1 --outer-momentum 0). Per run (rank 0):
 
     bytes/step      dp bytes counted by the groups, mean over steps (local SGD: total / steps)
     modelled s      the link's modelled dp communication seconds per step, mean over steps
@@ -46,6 +48,8 @@ def train_flags(method, link, seed, dp, max_steps):
     flags = ["--dp", dp, "--link", link, "--seed", seed, "--steps", max_steps]
     if method.startswith("local:"):
         return flags + ["--local-steps", method.split(":")[1]]
+    if method.startswith("localsgd:"):
+        return flags + ["--local-steps", method.split(":")[1], "--outer-lr", 1.0, "--outer-momentum", 0.0]
     return flags + ["--compress", method]
 
 
