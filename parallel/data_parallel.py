@@ -108,6 +108,10 @@ class DataParallel:
             raise AttributeError(name)
         return getattr(self.module, name)
 
+    def register_comm_hook(self, hook):
+        """Communicate each bucket with `hook` instead of an all-reduce (Reducer.register_comm_hook)."""
+        self.reducer.register_comm_hook(hook)
+
     @property
     def buckets(self):
         """The reducer's buckets; bucket 0 (the last parameters registered) starts first."""

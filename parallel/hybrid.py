@@ -41,10 +41,12 @@ from .comm.gather import gather_named_arrays
 from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
 from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes
+from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
 from .pipeline.tied import TiedGradients
+from .pipeline.timeline import Event
 from .reducer import Reducer, ShardedReducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
@@ -98,6 +100,8 @@ class HybridGPT(ParallelModel):
             else:
                 self.shard_units(prefetch)
         self.optimizer = None
+        self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
+        self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
 
@@ -157,6 +161,25 @@ class HybridGPT(ParallelModel):
             self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
         return self.optimizer
 
+    def register_comm_hook(self, hook):
+        """Reduce the dp gradients through `hook` (parallel.comm_hooks), not a plain all-reduce."""
+        if self.zero:
+            raise ValueError(f"a communication hook compresses the dp all-reduce, which ZeRO-{self.zero} replaces "
+                             "by its reduce-scatter: use one or the other")
+        self.dp_reducer.register_comm_hook(hook)
+        self.comm_hook = hook
+
+    def configure_local_sgd(self, local_steps, outer_lr=0.7, outer_momentum=0.9):
+        """Local SGD / DiLoCo over dp (parallel.local_sgd): no dp reduction per step; every
+        `local_steps` optimizer steps the replicas average their pseudo-gradients."""
+        if self.zero:
+            raise ValueError(f"local SGD averages whole replicas over dp; ZeRO-{self.zero} shards them over dp: "
+                             "use one or the other")
+        if self.mesh.cp > 1:
+            raise ValueError(f"local SGD with cp={self.mesh.cp}: the cp ranks of a replica hold parts of one "
+                             "gradient, which must be summed every step")
+        self.outer = DiLoCo(self.dp_reducer, local_steps, outer_lr, outer_momentum)
+
     # --- training ------------------------------------------------------------------
 
     def local_batch(self, idx, targets):
@@ -209,7 +232,7 @@ class HybridGPT(ParallelModel):
                     p.grad /= self.accumulated
         for sharding in self.shardings:
             sharding.finish()
-        if self.dp_reducer is not None:
+        if self.dp_reducer is not None and self.outer is None:
             self.dp_reducer.finish()
         self.synced = True
 
@@ -219,6 +242,8 @@ class HybridGPT(ParallelModel):
             raise RuntimeError("optimizer_step() before configure_optimizer()")
         self.finish_grad_sync()
         self.optimizer.step()
+        if self.outer is not None:
+            self.outer.step()  # every local_steps-th step: the dp average of the pseudo-gradients
         self.zero_grad()
 
     def zero_grad(self):
@@ -276,7 +301,14 @@ class HybridGPT(ParallelModel):
                 stage.load_full_state_dict({name: state[name] for name in names})
 
     def events(self):
-        return self.pipeline.events
+        """The pipeline's actions of the last step and the dp buckets' communication spans
+        ("dp_bucket", numbered by bucket), on the pipeline's clock."""
+        buckets = []
+        if self.dp_reducer is not None and self.pipeline.events:
+            t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
+            buckets = [Event(rank, "dp_bucket", index, 0, start - t0, end - t0)
+                       for index, start, end in self.dp_reducer.spans if end is not None]
+        return self.pipeline.events + buckets
 
     # --- what the layout costs -------------------------------------------------------
 

@@ -6,7 +6,9 @@
     unpack   write buffer / divisor back into each .grad
 
 One collective per bucket instead of one per parameter, and a bucket can travel
-while backward is still computing the gradients of the next ones. Every user of
+while backward is still computing the gradients of the next ones. What "start" does is
+the reducer's communication hook (`register_comm_hook`, as in PyTorch's DDP): by default
+`allreduce_hook`; `parallel.comm_hooks` has compressing ones (PowerSGD, top-k, sign). Every user of
 gradient communication goes through here: `DataParallel` (which starts buckets from
 its gradient hooks), `HybridGPT` (one reduction over dp after the pipeline schedule),
 the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and
@@ -14,6 +16,8 @@ the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and
 `ShardedReducer` is the reduce-scatter path of ZeRO-2/3 (`fully_sharded.py`): each
 rank keeps only its chunk of every averaged bucket, and the full gradients are freed.
 """
+import time
+
 import numpy as np
 
 MIB = 2**20
@@ -73,6 +77,15 @@ class Bucket:
             p.data[...] = flat[where].reshape(p.shape)
 
 
+def allreduce_hook(group, index, bucket):
+    """The default communication hook: the sum of the packed bucket over `group`, non-blocking.
+
+    A hook is called as hook(group, index, bucket) with the bucket's gradients packed in
+    `bucket.buffer` (index: the bucket's number, 0 starts each round) and returns a request
+    whose wait() leaves in `bucket.buffer` the sum over the group (or what stands for it)."""
+    return group.all_reduce(bucket.buffer, async_op=True)
+
+
 class Reducer:
     """Sum the gradients of `params` over `group`, bucket by bucket, and divide by `divisor`
     (group.size: the mean, as data parallelism needs; 1: the plain sum).
@@ -85,6 +98,12 @@ class Reducer:
         self.divisor = group.size if divisor is None else divisor
         self.buckets = [Bucket(ps) for ps in assign_buckets(params, bucket_mb * MIB)]
         self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
+        self.comm_hook = allreduce_hook
+        self.spans = []  # the last round's [bucket index, start, end] in time.perf_counter seconds
+
+    def register_comm_hook(self, hook):
+        """Communicate each bucket with `hook(group, index, bucket)` (see allreduce_hook)."""
+        self.comm_hook = hook
 
     @property
     def started(self):
@@ -92,8 +111,13 @@ class Reducer:
         return len(self.requests)
 
     def start_next(self):
-        bucket = self.buckets[self.started]
-        self.requests.append(self.group.all_reduce(bucket.pack(), async_op=True))
+        index = self.started
+        if index == 0:
+            self.spans = []
+        self.spans.append([index, time.perf_counter(), None])
+        bucket = self.buckets[index]
+        bucket.pack()
+        self.requests.append(self.comm_hook(self.group, index, bucket))
 
     def finish(self):
         """Start every bucket not yet started, wait for all, write the results into .grad."""
@@ -102,8 +126,9 @@ class Reducer:
         # hint: and unpack its bucket divided by self.divisor; forget the requests for the next round.
         while self.started < len(self.buckets):
             self.start_next()
-        for bucket, request in zip(self.buckets, self.requests):
+        for bucket, request, span in zip(self.buckets, self.requests, self.spans):
             request.wait()
+            span[2] = time.perf_counter()  # when the reducer had the result: drawn in the timeline
             bucket.unpack(self.divisor)
         self.requests = []
         # end exercise

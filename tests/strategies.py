@@ -141,6 +141,8 @@ def context_parallel_layouts(draw, max_world=8):
     config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
                   n_head=n_head, d_model=n_head * draw(st.sampled_from([2, 4])), causal=draw(st.booleans()))
     return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq)
+
+
 # --- parallel.fully_sharded (ZeRO stages in 3D) -------------------------------------
 
 @st.composite
@@ -149,3 +151,9 @@ def zero_layouts(draw, max_world=8):
     drawn = draw(hybrid_layouts(max_world))
     layout = dict(drawn["layout"], zero=draw(st.sampled_from([0, 1, 2, 3])))
     return dict(drawn, layout=layout)
+
+
+# --- parallel.comm.link and parallel.comm_hooks ------------------------------------
+
+# (α seconds per message, β seconds per byte) of a simulated link, small enough to keep tests fast.
+link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.0, 1e-10, 1e-9]))

@@ -1,6 +1,6 @@
 """Data-parallel training throughput of the medium GPT: 1 rank against 2.
 
-    python -m parallel.bench dp [--ranks 1 2] [--steps 8] [--warmup 2] [--no-overlap]
+    python -m parallel.bench dp [--ranks 1 2] [--steps 8] [--warmup 2] [--no-overlap] [--link 1gbe]
 
 The model: GPT with d_model 512, 4 layers, 8 heads, block 128, vocab 256, float32,
 AdamW, trained through DataParallel (25 MiB buckets, overlap on). Each rank count runs
@@ -27,6 +27,7 @@ def parse(argv):
     parser.add_argument("--steps", type=int, default=8, help="timed steps per rank count (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--no-overlap", action="store_true", help="all-reduce after backward, not during it")
+    parser.add_argument("--link", help="simulate a network (parallel.comm.link: a name or ALPHA,BETA)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
 
@@ -34,12 +35,14 @@ def parse(argv):
 def main(argv):
     args = parse(argv)
     if args.worker:
-        return run_worker(args.steps, args.warmup, overlap=not args.no_overlap)
+        return run_worker(args.steps, args.warmup, overlap=not args.no_overlap, link=args.link)
     print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel "
-          f"(overlap {'off' if args.no_overlap else 'on'}); 1 BLAS thread per rank")
+          f"(overlap {'off' if args.no_overlap else 'on'}); 1 BLAS thread per rank"
+          + (f"; simulated link {args.link}" if args.link else ""))
     results = []
     for n in args.ranks:
         flags = ["--worker", "--steps", args.steps, "--warmup", args.warmup] + (["--no-overlap"] if args.no_overlap else [])
+        flags += ["--link", args.link] if args.link else []
         results += collect(run_on_mpi_ranks(n, "parallel.bench", "dp", *flags))
     print_table(results)
     return 0
@@ -53,15 +56,16 @@ def print_table(results):
         print(f"{r['ranks']:>5} {r['step_s']:>8.3f} s {r['tokens_per_s']:>10.0f} {ratio}")
 
 
-def run_worker(steps, warmup, overlap):
+def run_worker(steps, warmup, overlap, link=None):
     import numpy as np
 
     import minitensor as mt
     import parallel
     from minitensor.models import GPT, GPTConfig
     from minitensor.optim import AdamW
+    from parallel.comm.link import with_link
 
-    group = parallel.world()
+    group = with_link(parallel.world(), link)
     mt.manual_seed(0)
     model = GPT(GPTConfig(**CONFIG))
     dp = parallel.DataParallel(model, group, overlap=overlap)

@@ -6,7 +6,8 @@
        first bad one, so all ranks raise alike
     4. rebuild each dense tensor, cut this rank's piece, and only then assign them all
     5. in the same layout, restore this rank's random generators too (in another layout
-       the dropout streams cannot continue: the masks are drawn per rank and shard)
+       the dropout streams cannot continue: the masks are drawn per rank and shard), and
+       its communication hook's state (error feedback is per rank and bucket)
 
 Loading never writes to disk.
 """
@@ -18,7 +19,7 @@ from ..tensor_parallel.sharding import dense_shape
 from .files import CheckpointError, resolve, shard_name
 from .manifest import check_config, check_layout, read_manifest, verify_files
 from .reshard import dense, has_moments, local_piece
-from .state import MOMENTS, load_moments, named_parameters, set_rng_state_json
+from .state import HOOK_PREFIX, MOMENTS, load_moments, named_parameters, set_rng_state_json
 
 
 def open_manifest(path):
@@ -68,6 +69,13 @@ class ShardReader:
                 self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
             return self.open[file][key]
 
+    def keys(self, file, prefix):
+        """The keys of `file` that start with `prefix`."""
+        with _READ_LOCK:
+            if file not in self.open:
+                self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
+            return [k for k in self.open[file].files if k.startswith(prefix)]
+
     def close(self):
         for npz in self.open.values():
             npz.close()
@@ -97,6 +105,7 @@ def load_checkpoint(path, model):
                                        for kind in MOMENTS))
                    for name, e in entries.items() if has_moments(e)}
         rng = None if resharded else str(read(own, "rng"))
+        hook_state = None if resharded else {k[len(HOOK_PREFIX):]: read(own, k) for k in read.keys(own, HOOK_PREFIX)}
     finally:
         read.close()
     with model.full_parameters(writeback=True):  # ZeRO-3: this rank keeps its chunk of them
@@ -106,5 +115,7 @@ def load_checkpoint(path, model):
         load_moments(optimizer, params, moments, manifest["optimizer"]["defaults"])
     if rng is not None:
         set_rng_state_json(model, rng)
+    if hook_state and getattr(model, "comm_hook", None) is not None:
+        model.comm_hook.load_state_dict(hook_state)
     return {"step": manifest["step"], "extra": manifest["extra"], "path": step_dir, "resharded": resharded,
             "manifest": manifest}

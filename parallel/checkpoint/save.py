@@ -13,7 +13,8 @@ same CheckpointError, rank 0 removes step_000123.tmp, and `latest` stays where i
 
 Each file holds `param/<name>` (the rank's local array), `exp_avg/<name>` and
 `exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO)
-and `rng` (its random generators as JSON). dp replicas write identical parameters
+and `rng` (its random generators as JSON), and `comm_hook/<key>` (the dp communication
+hook's error feedback and PowerSGD's Q, parallel.comm_hooks: per rank and bucket). dp replicas write identical parameters
 (every file describes its whole rank); the loader reads dp rank 0's.
 """
 from pathlib import Path
@@ -33,15 +34,24 @@ from .files import (
 )
 from .manifest import build_manifest, rank_record, write_manifest
 from .reshard import key
-from .state import MOMENTS, moments_by_name, named_parameters, optimizer_type, rng_state_json
+from .state import (
+    HOOK_PREFIX,
+    MOMENTS,
+    comm_hook_state,
+    moments_by_name,
+    named_parameters,
+    optimizer_type,
+    rng_state_json,
+)
 
 
-def write_shard(path, params, moments, rng_json):
+def write_shard(path, params, moments, rng_json, hook_state):
     """This rank's arrays, by single-device name, as one .npz (flushed to disk)."""
     arrays = {key("param", name): p.data for name, p in params.items()}
     for name, m in moments.items():
         arrays.update({key(kind, name): m[kind] for kind in MOMENTS})
     arrays["rng"] = np.array(rng_json)
+    arrays.update({HOOK_PREFIX + k: v for k, v in hook_state.items()})
     write_durably(path, lambda f: np.savez(f, **arrays))
 
 
@@ -68,7 +78,7 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
     path = tmp / shard_name(world.rank)
 
     def write_and_describe():
-        write_shard(path, params, moments, rng_state_json(model))
+        write_shard(path, params, moments, rng_state_json(model), comm_hook_state(model))
         return rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
     with model.full_parameters():  # ZeRO-3: each rank writes its whole local arrays, like any layout
         records = all_gather_json(world, attempt(write_and_describe))

@@ -9,6 +9,8 @@ The checkpoint never asks which kind of parallel model it holds (parallel.model'
                    them by position in its parameter list, ZeRO-1 as one flat chunk of
                    the dp group's concatenated parameters: both are mapped to names here
                    (a ZeRO chunk gives each name a flat element range [lo, hi))
+    comm hook      the dp gradient compressor's state (parallel.comm_hooks), per rank and
+                   bucket: restored in the same layout only (buckets are the layout's)
     generators     every numpy Generator the model's modules draw dropout masks from,
                    plus minitensor's default generator, by where they were found
 """
@@ -24,6 +26,7 @@ from minitensor.random import default_generator
 from ..zero import ZeroOptimizer
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
+HOOK_PREFIX = "comm_hook/"  # the rank's communication hook state (error feedback, PowerSGD's Q)
 
 
 def named_parameters(model):
@@ -122,3 +125,9 @@ def set_rng_state_json(model, text):
                          f"{sorted(generators)}")
     for where, g in generators.items():
         g.bit_generator.state = saved[where]
+
+
+def comm_hook_state(model):
+    """The state_dict of the model's dp communication hook ({} without one)."""
+    hook = getattr(model, "comm_hook", None)
+    return hook.state_dict() if hook is not None else {}

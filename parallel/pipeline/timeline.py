@@ -27,6 +27,10 @@ import numpy as np
 from ..comm.gather import all_gather_ragged
 from .schedules import COMPUTE_KINDS, KINDS
 
+# Events of a step: the schedule's actions, and the dp gradient buckets' communication
+# (from the bucket's start until the reducer has its result; parallel.reducer's spans).
+EVENT_KINDS = KINDS + ("dp_bucket",)
+
 
 @dataclass(frozen=True)
 class Event:
@@ -42,9 +46,9 @@ class Event:
 def all_gather_events(group, events, rank=None):
     """Every rank's events, on every rank (a collective); each labelled with `rank` when given
     (e.g. the world rank), else with its own `Event.rank`. Six numbers travel per event."""
-    rows = np.array([[e.rank if rank is None else rank, KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
+    rows = np.array([[e.rank if rank is None else rank, EVENT_KINDS.index(e.kind), e.microbatch, e.chunk, e.start, e.end]
                      for e in events], dtype=np.float64).reshape(-1)
-    return [Event(int(r), KINDS[int(k)], int(mb), int(c), start, end)
+    return [Event(int(r), EVENT_KINDS[int(k)], int(mb), int(c), start, end)
             for flat in all_gather_ragged(group, rows) for r, k, mb, c, start, end in flat.reshape(-1, 6)]
 
 

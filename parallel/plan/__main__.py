@@ -58,6 +58,10 @@ def build_parser():
                         "auto = mixed if the device has 16-bit flops, else float32")
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                         help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
+    parser.add_argument("--compress", default="none", help="dp gradient compression, as parallel.train's "
+                        "--compress (none, powersgd:R, topk:RATIO, sign)")
+    parser.add_argument("--local-steps", type=int, default=1, metavar="H",
+                        help="local SGD: one dp all-reduce of the parameters every H steps")
     parser.add_argument("--allow-inter-node-tp", action="store_true",
                         help="also try tp larger than the devices per node")
     parser.add_argument("--max-cp", type=int, default=1,
@@ -115,7 +119,7 @@ def format_table(estimates):
 
 
 POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
-                 "max_cp")
+                 "max_cp", "local_steps")
 
 
 def main(argv=None):
@@ -136,7 +140,7 @@ def main(argv=None):
     try:
         dtype = resolve_dtype(args.dtype, profile)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
-                      args.schedule, args.allow_inter_node_tp, args.max_cp)
+                      args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps)
     except ValueError as error:
         parser.error(str(error))
     if args.longest_sequence:

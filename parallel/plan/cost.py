@@ -38,6 +38,8 @@ graph is backpropagated whole), so the bubble stays 1F1B's.
 from dataclasses import dataclass, field
 
 from ..context_parallel.layout import ring_elements
+from .compress import dp_time as dp_communication
+from .compress import stage_matrices
 from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
 from .model import param_count, stage_layers
@@ -115,10 +117,11 @@ class Estimate:
         return f"{worst} {pct:.2g}%" if pct else "no overhead"
 
 
-def estimate(config, layout, batch, profile, dtype="float32", balance=None):
+def estimate(config, layout, batch, profile, dtype="float32", balance=None, compress="none", local_steps=1):
     """Memory and step time of `layout` training `config` on `batch` sequences per step.
 
-    `profile` is a profile dict or a name for `load_profile`."""
+    `profile` is a profile dict or a name for `load_profile`; `compress` (a --compress
+    value) and `local_steps` change the dp communication (plan.compress)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     precision = get_precision(dtype)
     b = micro_batch_size(batch, layout)
@@ -171,8 +174,10 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
         dp_time = 2 * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
         dp_how = "reduce-scatter + all-gather"
     else:
-        dp_time = ring_all_reduce(replicas, grad_bytes, dp_alpha, dp_beta)
-        dp_how = "ring all-reduce"
+        stage = max(range(p), key=lambda i: param_count(config, layout.tp, p, i, balance))
+        dp_time, dp_how = dp_communication(
+            param_count(config, layout.tp, p, stage, balance), stage_matrices(config, layout.tp, p, stage, balance),
+            replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
     lines.append(f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) "
                  f"= {dp_time:.4g} s")
 

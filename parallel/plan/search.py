@@ -58,7 +58,7 @@ def candidate_layouts(dp, tp, pp, batch, schedule, cp=1):
 
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
-         schedule="1f1b", allow_inter_node_tp=False, max_cp=1):
+         schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
@@ -71,7 +71,10 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
     for dp, tp, pp, cp in grids(config, devices, batch, profile["devices_per_node"],
                                 allow_inter_node_tp, result.rejected, max_cp):
         for layout in candidate_layouts(dp, tp, pp, batch, schedule, cp):
-            est = estimate(config, layout, batch, profile, dtype)
+            if layout.zero and (compress != "none" or local_steps > 1):
+                result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
+                continue
+            est = estimate(config, layout, batch, profile, dtype, compress=compress, local_steps=local_steps)
             if est.memory["total"] <= limit:
                 result.ranked.append(est)
                 continue

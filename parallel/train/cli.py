@@ -12,6 +12,8 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
+from ..comm.link import LINKS, parse_link
+from ..comm_hooks import METHODS, make_hook
 from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..context_parallel import check_sequence_length
@@ -81,6 +83,17 @@ def build_parser():
     layout.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, default="p2p",
                         help="cp attention: p2p = ring attention, a2a = Ulysses all-to-alls (heads/tp divisible by cp)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
+    comm = p.add_argument_group("communication (parallel.comm.link, parallel.comm_hooks, parallel.local_sgd)")
+    comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
+                      "the link's α–β time (" + ", ".join(LINKS) + "; or α s/message,β s/byte)")
+    comm.add_argument("--compress", default="none", metavar="|".join(METHODS),
+                      help="compress the dp gradient all-reduce, with error feedback (default none)")
+    comm.add_argument("--local-steps", type=int, metavar="H",
+                      help="local SGD / DiLoCo: H AdamW steps per replica, then average the pseudo-gradients")
+    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 0.7)")
+    comm.add_argument("--outer-momentum", type=float, help="DiLoCo's outer Nesterov momentum (default 0.9)")
+    comm.add_argument("--async-staleness", type=int, metavar="S", help="asynchronous parameter server: rank 0 "
+                      "serves, --dp workers may compute on parameters up to S rounds old (world = dp + 1)")
     out = p.add_argument_group("checks and output")
     out.add_argument("--check", type=int, nargs="?", const=2, metavar="STEPS",
                      help="compare the first STEPS (2) steps with one device on rank 0; implies float64")
@@ -125,11 +138,12 @@ def check_args(args, world_size):
     message = bad_flag(args, RANGES)
     if message:
         raise ValueError(message)
-    layout = args.dp * args.tp * args.pp * args.cp
+    server = args.async_staleness is not None  # --async-staleness: one more rank, the parameter server
+    layout = args.dp * args.tp * args.pp * args.cp + server
     if layout != world_size:
         cp = f" x --cp {args.cp}" if args.cp > 1 else ""
-        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}{cp} = {layout} ranks, "
-                         f"but the world has {world_size}")
+        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}{cp}{' + 1 server' if server else ''} = "
+                         f"{layout} ranks, but the world has {world_size}")
     if args.n_head % args.tp:
         raise ValueError(f"--n-head {args.n_head} is not divisible by --tp {args.tp}")
     if args.d_model % args.n_head:
@@ -169,10 +183,66 @@ def check_args(args, world_size):
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:
         raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
+    check_communication_args(args)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:
         raise ValueError("--overwrite needs --save DIR")
+
+
+def check_communication_args(args):
+    """--link, --compress, --local-steps and the outer optimizer's flags, alone and together."""
+    if args.link is not None:
+        parse_link(args.link)
+    compress = make_hook(args.compress) is not None
+    if args.local_steps is not None and args.local_steps < 1:
+        raise ValueError(f"--local-steps={args.local_steps} must be ≥ 1")
+    outer = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("outer_lr", "outer_momentum")
+             if getattr(args, name) is not None]
+    if outer and args.local_steps is None:
+        raise ValueError(f"{' and '.join(outer)} set DiLoCo's outer optimizer, which needs --local-steps H")
+    if args.outer_lr is not None and not args.outer_lr > 0:
+        raise ValueError(f"--outer-lr={args.outer_lr} must be a number > 0")
+    if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
+        raise ValueError(f"--outer-momentum={args.outer_momentum} must be in [0, 1)")
+    if args.async_staleness is not None:
+        check_parameter_server_args(args, compress)
+    for flag, on in ((f"--compress {args.compress}", compress), (f"--local-steps {args.local_steps}",
+                                                                 args.local_steps is not None)):
+        if on and args.zero:
+            raise ValueError(f"{flag} acts on the dp all-reduce of whole replicas, which --zero {args.zero} replaces "
+                             f"by sharding over dp: use one or the other")
+        if args.local_steps is not None and args.cp > 1:
+            raise ValueError(f"--local-steps {args.local_steps} with --cp {args.cp}: the cp ranks of a replica hold "
+                             f"parts of one gradient, which must be summed every step")
+        if on and args.dp == 1:
+            raise ValueError(f"{flag} acts on the communication over dp, but --dp is 1")
+        if args.local_steps is not None and (args.save or args.resume):
+            raise ValueError(f"--local-steps {args.local_steps} with --{'save' if args.save else 'resume'}: "
+                             f"checkpoints hold one replica and no outer-optimizer state yet")
+        if on and args.check:
+            raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
+                             f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "
+                             f"test_local_sgd.py)")
+
+
+def check_parameter_server_args(args, compress):
+    """--async-staleness runs the dense model on dp workers: no other layout or communication flag."""
+    flag = f"--async-staleness {args.async_staleness}"
+    if args.async_staleness < 0:
+        raise ValueError(f"{flag} must be ≥ 0")
+    others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
+              f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
+              f"--zero {args.zero}" if args.zero else None, f"--compress {args.compress}" if compress else None,
+              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
+              f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
+              f"--accumulate {args.accumulate}" if args.accumulate > 1 else None,
+              "--check" if args.check else None, "--save" if args.save else None,
+              "--resume" if args.resume else None, "--trace" if args.trace else None]
+    others = [o for o in others if o]
+    if others:
+        raise ValueError(f"{flag} trains the dense model on --dp workers around one server; it does not combine "
+                         f"with {', '.join(others)}")
 
 
 def main(argv=None):

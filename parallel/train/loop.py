@@ -13,6 +13,8 @@ from minitensor.data.masked_addition import SEP
 from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 
+from ..comm.link import parse_link, with_link
+from ..comm_hooks import make_hook
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
@@ -38,6 +40,12 @@ def build(args, task, group):
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,
                       cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
+    hook = make_hook(args.compress, seed=args.seed)
+    if hook is not None:
+        model.register_comm_hook(hook)
+    if args.local_steps is not None:
+        model.configure_local_sgd(args.local_steps, args.outer_lr if args.outer_lr is not None else 0.7,
+                                  args.outer_momentum if args.outer_momentum is not None else 0.9)
     return model
 
 
@@ -69,7 +77,10 @@ def say(group, text):
 
 def train(args):
     """Train on this rank; returns {"losses", "metric", "check"} (metric and check on rank 0)."""
-    group = configure_world(args)
+    if args.async_staleness is not None:
+        from .async_ps import train_parameter_server  # a run of its own kind: server + workers
+        return train_parameter_server(args, learning_rate, say)
+    group = with_link(configure_world(args), args.link)  # --link: every group split from it is on it
     task = make_task(args)
     model = build(args, task, group)
     checker = SingleDeviceCheck(model, args, group) if args.check else None
@@ -85,7 +96,9 @@ def train(args):
     start = time.perf_counter()
     for step in range(first, args.steps + 1):
         checking = checker if checker and step < first + args.check else None
+        step_start = time.perf_counter()
         loss, step_stats = train_one_step(args, model, task, step, checking, group, losses)
+        step_seconds = time.perf_counter() - step_start
         losses.append(loss)
         done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
@@ -96,6 +109,10 @@ def train(args):
         if args.save and ((args.save_every and step % args.save_every == 0) or step == args.steps):
             from ..checkpoint import save_checkpoint  # (as load_checkpoint above)
             save_checkpoint(args.save, model, step=step, extra={"args": vars(args)})
+    if model.outer is not None and model.outer.inner_steps:
+        model.outer.sync()  # the replicas agree before evaluation
+    if args.link and first <= args.steps:
+        say(group, "\n".join(report.link_lines(step_stats, parse_link(args.link), step_seconds)))
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 

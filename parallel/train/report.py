@@ -13,6 +13,7 @@ RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarte
 GROUPS = ("dp", "tp", "pp", "cp", "dp_cp", "embedding")  # cp, dp_cp: context parallelism; embedding: a BERT's tied copies
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 COUNTS = ("calls", "elements", "bytes")
+LINK_SECONDS = ("modelled_s", "measured_s", "exposed_s")  # a LinkGroup's figures (parallel.comm.link)
 
 
 def clock(seconds):
@@ -36,7 +37,9 @@ def startup_summary(args, model, group):
     config, mesh = model.config, model.mesh
     switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
                                       ("activation checkpointing", args.checkpoint_activations),
-                                      (f"ZeRO-{args.zero}", args.zero)) if on]
+                                      (f"ZeRO-{args.zero}", args.zero), (f"link {args.link}", args.link),
+                                      (f"compression {args.compress}", args.compress != "none"),
+                                      (f"local SGD every {args.local_steps} steps", args.local_steps)) if on]
     task = (f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
             + (", masked digits (MLM)" if args.model == "bert" else ""))
     lines = [
@@ -71,14 +74,29 @@ def progress_line(step, steps, loss, tokens, elapsed, done):
 
 
 def merge_stats(*stats):
-    """Sum {(group, kind): counts} dicts."""
+    """Sum {(group, kind): counts} dicts (and the link's seconds, where there are some)."""
     total = {}
     for s in stats:
         for key, counts in s.items():
             into = total.setdefault(key, dict.fromkeys(COUNTS, 0))
-            for c in COUNTS:
-                into[c] += counts[c]
+            for c, value in counts.items():
+                into[c] = into.get(c, 0) + value
     return total
+
+
+def link_lines(stats, link, step_seconds):
+    """Rank 0's modelled, measured and exposed communication seconds of one step, per group and
+    kind, on the simulated `link`; exposed = time blocked waiting, not hidden by compute."""
+    rows = [(key, counts) for key, counts in sorted(stats.items()) if "modelled_s" in counts]
+    lines = [f"link {link.name} (α = {link.alpha * 1e6:g} µs, β = {link.beta * 1e9:g} ns/B), rank 0, last step:"]
+    for (g, kind), counts in rows:
+        lines.append(f"  {g} {kind:<14} modelled {counts['modelled_s']:.4f} s  measured {counts['measured_s']:.4f} s"
+                     f"  exposed {counts['exposed_s']:.4f} s")
+    exposed = sum(counts["exposed_s"] for _, counts in rows)
+    modelled = sum(counts["modelled_s"] for _, counts in rows)
+    lines.append(f"exposed communication: {exposed:.4f} s of the step's {step_seconds:.4f} s "
+                 f"(modelled communication {modelled:.4f} s)")
+    return lines
 
 
 def communication_table(stats, group):

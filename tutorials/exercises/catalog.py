@@ -61,6 +61,15 @@ TESTS = {
              f"{FULLY_SHARDED}::test_gpt_equals_adamw_on_one_device[3]"],
     "13.2": [f"{FULLY_SHARDED}::test_gathers_due_issues_in_order_with_prefetch_and_the_unread_tail",
              f"{FULLY_SHARDED}::test_the_gather_order_is_the_same_on_ranks_whose_backward_reads_different_uses"],
+    "12.1": ["tests/parallel/test_comm_hooks.py::test_error_feedback_loses_nothing[TopK-options0-True]",
+             "tests/parallel/test_comm_hooks.py::test_a_hook_restored_from_its_state_continues_bitwise_alike"
+             "[TopK-options1]"],
+    "12.2": ["tests/parallel/test_comm_hooks.py::test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space",
+             "tests/parallel/test_comm_hooks.py::test_powersgd_at_full_rank_is_data_parallelism"],
+    "12.3": ["tests/parallel/test_local_sgd.py::test_one_local_step_with_outer_lr_one_and_no_momentum_is_synchronous_sgd",
+             "tests/parallel/test_local_sgd.py::test_diloco_equals_a_sequential_simulation_of_the_replicas"],
+    "12.4": ["tests/parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
+             "tests/parallel/test_parameter_server.py::test_a_stale_run_replays_bit_for_bit_in_one_process[1]"],
 }
 
 # --- chapter 16: smaller models (BERT's masking, pruning, distillation) ---

@@ -1,0 +1,62 @@
+"""Chapter 12, part 4: local SGD / DiLoCo — talk every H steps instead of every step.
+
+    python tutorials/12_communication/local_sgd.py --threads 2 [--steps 96]
+    mpiexec -n 2 python -m mpi4py tutorials/12_communication/local_sgd.py
+
+First the identity that pins the sign down: with ONE inner SGD step, outer learning rate 1
+and no momentum, averaging the pseudo-gradients Δ_i = θ − θ_i and stepping θ − Δ lands
+exactly on synchronous data parallelism (printed: the largest parameter difference).
+Then DiLoCo proper (AdamW inside, Nesterov SGD outside) on the chapter's addition run with
+H = 1, 4 and 16: bytes per optimizer step fall by H; compare the losses with synchronous DP.
+"""
+import numpy as np
+from addition_run import CONFIG, batch_of_rank, train
+
+import minitensor as mt
+import parallel
+from minitensor.models.gpt import GPT
+from minitensor.optim import SGD
+from parallel.local_sgd import DiLoCo
+from parallel.reducer import Reducer
+
+
+def sgd_run(group, steps, local):
+    """Three SGD steps, either data parallel (gradients averaged) or local SGD with H = 1."""
+    mt.manual_seed(0)
+    model = GPT(CONFIG).double()
+    params = [p for p in model.parameters() if p.requires_grad]
+    reducer = Reducer(params[::-1], group)
+    outer = DiLoCo(reducer, 1, outer_lr=1.0, outer_momentum=0.0) if local else None
+    opt = SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        opt.zero_grad()
+        model(*batch_of_rank(group, step, seed=0))[1].backward()
+        if outer is None:
+            reducer.finish()  # the mean gradient
+        opt.step()
+        if outer is not None:
+            outer.step()  # the mean of the replicas' moves
+    return np.concatenate([p.data.reshape(-1) for p in params])
+
+
+def main(args):
+    group = parallel.world()
+    dp, local = sgd_run(group, 3, local=False), sgd_run(group, 3, local=True)
+    diff = group.all_reduce(np.array([np.abs(dp - local).max() / np.abs(dp).max()]), op="max")[0]
+    results = {h: train(group, args.steps, local_steps=h) for h in (1, 4, 16)}
+    sync_loss, sync_bytes, _ = train(group, args.steps)
+    if group.rank == 0:
+        print(f"local SGD with H = 1, outer lr 1, no momentum vs synchronous SGD, 3 steps, float64: "
+              f"largest relative parameter difference {diff:.1e}")
+        print(f"{args.steps} AdamW steps on {group.size} ranks; loss = mean of the last 10 steps")
+        print(f"  synchronous DP        loss {sync_loss:.4f}   bytes per step per rank {sync_bytes:>9,.0f}")
+        for h, (loss, nbytes, _) in results.items():
+            print(f"  DiLoCo H = {h:<2}         loss {loss:.4f}   bytes per step per rank {nbytes:>9,.0f}")
+        print(f"bytes per step, H = 1 / H = 16: {results[1][1] / results[16][1]:.2f}")
+
+
+if __name__ == "__main__":
+    parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=96, help="training steps (default 96, a multiple of 16)")
+    args = parser.parse_args()
+    parallel.launch.run_on_ranks(args.threads, main, args)
