@@ -23,7 +23,7 @@ def _as_array(data, dtype=None):
         array = np.asarray(data, dtype=dtype)
     except (TypeError, ValueError) as error:
         raise TypeError(f"tensor: cannot make a tensor of {_describe(data)} ({error})") from None
-    if array.dtype.kind not in "biuf":  # bool, signed, unsigned, float
+    if array.dtype.kind not in "biuf" and not dtypes.is_floating(array.dtype):  # bool, int, float, bfloat16
         raise TypeError(f"tensor: needs numbers (bool, int or float), got {_describe(data)} of numpy dtype {array.dtype}")
     if dtype is None and not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
         array = array.astype(DEFAULT_FLOAT)

@@ -103,3 +103,11 @@ def zero_bubble_layouts(draw, max_world=8):
     schedule = draw(st.sampled_from(["zb-h1", "zb-h2", "1f1b", "gpipe"]))
     layout = dict(drawn["layout"], schedule=schedule, chunks=1, microbatches=draw(st.integers(1, 8)))
     return dict(drawn, layout=layout)
+
+# --- minitensor.amp (the loss scaler) --------------------------------------------
+
+
+@st.composite
+def scaler_events(draw):
+    """(log2 of the initial scale 0..20, growth_interval 1..5, overflow flags of up to 30 steps)."""
+    return draw(st.integers(0, 20)), draw(st.integers(1, 5)), draw(st.lists(st.booleans(), max_size=30))
