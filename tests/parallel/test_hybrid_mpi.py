@@ -41,3 +41,13 @@ def test_a_layout_that_does_not_fit_the_world_is_an_error_on_every_rank_printed_
     assert result.returncode == 2
     assert result.stderr.count("--dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8") == 1, result.stderr
     assert "rank 0: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8" in result.stderr
+
+
+def test_fp16_on_four_ranks_equals_one_device_under_the_same_policy():
+    # 16-bit activations cross real MPI (float16 sums in the tp all-reduces, pp sends); masters reduced in float32
+    result = run_mpi(4, ["-m", "parallel.train", "--dp", "2", "--tp", "2", "--microbatches", "2", "--precision", "fp16",
+                         "--check", "2", "--steps", "2", *TINY], timeout=120)
+    worst = re.search(r"^check: largest relative difference to one device over 2 step\(s\): (\S+) \(tolerance 0.01 "
+                      r"under the same policy, fp16\)$", result.stdout, re.MULTILINE)
+    assert worst and float(worst.group(1)) <= 1e-2, result.stdout
+    assert re.search(r"^loss scale: 65536 at the end; 0 step\(s\) skipped", result.stdout, re.MULTILINE)
