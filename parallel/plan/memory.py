@@ -30,6 +30,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
     `rank_coords(layout, rank)` for a global rank) or a dict with keys dp, tp, pp.
     ZeRO-1 gives every dp rank ceil(P / dp) elements of the flattened AdamW state.
+    `dtype` may be a precision policy (minitensor.amp: "fp16", "bf16", or a PrecisionPolicy).
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -40,7 +41,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     optim_count = -(-count // dp) if zero else count
     return {"params": count * precision.param_bytes,
             "grads": count * precision.grad_bytes,
-            "optim": optim_count * precision.optim_bytes}
+            "optim": optim_count * precision.optim_bytes + count * precision.master_bytes}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,

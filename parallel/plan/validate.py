@@ -49,11 +49,14 @@ KINDS = ("params", "grads", "optim")
 
 def measure_memory(model):
     """{"params", "grads", "optim"} bytes this rank holds: local parameters, their gradients
-    (call after a backward, before the optimizer zeroes them), the optimizer's state."""
+    (call after the gradient sync, before the optimizer zeroes them), the optimizer's state;
+    under a mixed precision policy the float32 masters count as optimizer state and their
+    gradients as gradients."""
     params = model.parameters()
+    masters = model.amp.masters if model.amp.mixed else []
     return {"params": sum(p.data.nbytes for p in params),
-            "grads": sum(p.grad.nbytes for p in params if p.grad is not None),
-            "optim": model.optimizer.state_bytes()}
+            "grads": sum(p.grad.nbytes for p in params + masters if p.grad is not None),
+            "optim": model.optimizer.state_bytes() + sum(m.data.nbytes for m in masters)}
 
 
 def layout_name(dp, tp, pp, zero):
