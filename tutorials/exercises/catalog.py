@@ -52,4 +52,7 @@ TESTS = {
              f"{PLAN}/test_plan_cost.py::test_time_parts_and_bubble_fraction"],
     "10.2": [f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches",
              f"{PLAN}/test_plan_memory.py::test_in_flight_micro_batches_are_the_schedule_checkers_peaks"],
+    "14.1": ["tests/minitensor/test_amp.py::test_scaler_backs_off_on_overflow_and_grows_after_growth_interval_clean_steps",
+             "tests/minitensor/test_amp.py::test_scale_stays_a_power_of_two_between_min_scale_and_its_growth",
+             "tests/minitensor/test_amp.py::test_an_inf_or_nan_gradient_is_found_and_the_step_skipped"],
 }
