@@ -137,7 +137,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None):
 
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp)
     grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
-        * precision.grad_bytes
+        * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
     if layout.zero:
         dp_time = 2 * all_gather(layout.dp, grad_bytes, dp_alpha, dp_beta)
         dp_how = "reduce-scatter + all-gather"

@@ -28,6 +28,11 @@ class Precision:
     flops_keys: tuple         # profile peak_flops entries to use, first found wins
     master_bytes: int = 0     # a float32 master weight every rank keeps whole (minitensor.amp; ZeRO-1 shards
                               # only the moments), counted with the optimizer state
+    reduce_bytes: int = 0     # bytes per gradient element the dp reduction moves (0: grad_bytes)
+
+    @property
+    def dp_grad_bytes(self):
+        return self.reduce_bytes or self.grad_bytes
 
 
 PRECISIONS = {
@@ -55,9 +60,12 @@ def policy_precision(policy):
     main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole).
     Uniform: the dtype's weight, gradient and two moments."""
     compute, master = np.dtype(policy.compute_dtype).itemsize, np.dtype(policy.master_dtype).itemsize
-    flops = ("bfloat16", "float16") if policy.mixed else (str(np.dtype(policy.compute_dtype)),)
+    # 16-bit GEMMs run at the device's 16-bit peak; a CPU lists none, and there minitensor
+    # multiplies 16-bit matrices in float32 BLAS (minitensor.dtypes): its float32 peak.
+    flops = ("bfloat16", "float16", "float32") if policy.mixed else (str(np.dtype(policy.compute_dtype)),)
     if policy.mixed:
-        return Precision(policy.name, compute, compute + master, 2 * master, compute, flops, master_bytes=master)
+        return Precision(policy.name, compute, compute + master, 2 * master, compute, flops, master_bytes=master,
+                         reduce_bytes=np.dtype(policy.reduce_dtype).itemsize)
     return Precision(policy.name, master, master, 2 * master, master, flops)
 
 

@@ -161,3 +161,11 @@ def test_memory_under_a_precision_policy_equals_the_live_arrays(precision, layou
                                               dtype=precision, zero=layout["zero"])
     p = GPT(config).num_parameters()
     assert sum(param_bytes_per_rank(config, 1, 1, 1, dtype=precision).values()) == 20 * p  # 2 + 2 + 12, + 4
+
+
+def test_a_mixed_policy_reduces_float32_gradients_and_counts_the_master_gradient():
+    from parallel.plan.layout import get_precision
+    fp16 = get_precision("fp16")
+    assert (fp16.param_bytes, fp16.grad_bytes, fp16.optim_bytes, fp16.master_bytes) == (2, 2 + 4, 8, 4)
+    assert fp16.dp_grad_bytes == 4 and get_precision("float32").dp_grad_bytes == 4  # the dp all-reduce moves float32
+    assert get_precision("fp64") == get_precision("float64").__class__("fp64", 8, 8, 16, 8, ("float64",))
