@@ -106,6 +106,7 @@ class HybridGPT(ParallelModel):
         """AdamW on this rank's (master) parameters, or ZeRO-1 AdamW sharded over dp; kept as `self.optimizer`."""
         if self.zero:
             self.optimizer = ZeroOptimizer(self.amp.masters, self.mesh.dp_group, lr, betas, eps, weight_decay)
+            self.amp.masters_to_params()  # it broadcast rank 0's masters: the compute copies follow
         else:
             self.optimizer = AdamW(self.amp.masters, lr, betas, eps, weight_decay)
         return self.optimizer
