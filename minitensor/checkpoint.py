@@ -19,7 +19,7 @@ untouched): this thread's default generator always, plus any `generators=` given
 """
 import numpy as np
 
-from minitensor import autograd
+from minitensor import autograd, dtypes
 from minitensor.autograd import enable_grad, no_grad
 from minitensor.random import default_generator
 from minitensor.tensor import Tensor
@@ -58,7 +58,7 @@ def checkpoint(fn, *args, generators=()):
     node.inputs = tuple(a for a in args if isinstance(a, Tensor))
     values = (a.data if isinstance(a, Tensor) else a for a in args)
     node.save_for_backward(*(a for a in values if isinstance(a, np.ndarray)))  # all the region keeps
-    result = Tensor(out.data, requires_grad=np.issubdtype(out.dtype, np.floating))
+    result = Tensor(out.data, requires_grad=dtypes.is_floating(out.dtype))
     if result.requires_grad:
         result._node = node
     return result

@@ -6,6 +6,7 @@ input's shape in one helper, `unbroadcast`.
 """
 import numpy as np
 
+from minitensor import dtypes
 from minitensor.autograd import Function
 from minitensor.tensor import Tensor
 
@@ -16,7 +17,7 @@ def unbroadcast(grad, shape):
         return grad
     leading = grad.ndim - len(shape)
     stretched = tuple(leading + i for i, n in enumerate(shape) if n == 1 and grad.shape[leading + i] != 1)
-    return grad.sum(axis=tuple(range(leading)) + stretched).reshape(shape)
+    return dtypes.sum(grad, axis=tuple(range(leading)) + stretched).reshape(shape)
 
 
 def as_tensor(value, like):
@@ -28,7 +29,7 @@ def as_tensor(value, like):
     if isinstance(value, Tensor):
         return value
     array = np.asarray(value)
-    if np.issubdtype(like.dtype, np.floating) and (array.ndim == 0 or not np.issubdtype(array.dtype, np.floating)):
+    if dtypes.is_floating(like.dtype) and (array.ndim == 0 or not dtypes.is_floating(array.dtype)):
         array = array.astype(like.dtype)
     return Tensor(array)
 
@@ -45,7 +46,7 @@ def binary_operands(op, a, b):
     """Coerce both operands to tensors and check dtypes and broadcasting, naming the op."""
     a = as_tensor(a, b) if not isinstance(a, Tensor) else a
     b = as_tensor(b, a)
-    floats = [np.issubdtype(t.dtype, np.floating) for t in (a, b)]
+    floats = [dtypes.is_floating(t.dtype) for t in (a, b)]
     if all(floats) and a.dtype != b.dtype:
         raise dtype_mismatch(op, a, b)
     if floats[0] != floats[1]:  # an integer/bool tensor takes the float one's dtype (numpy would upcast)
@@ -121,8 +122,8 @@ class MatMul(Function):
     def forward(self, a, b):
         self.save_for_backward(a, b)
         if b.ndim == 2:
-            return (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])
-        return a @ b
+            return dtypes.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        return dtypes.matmul(a, b)
 
     def backward(self, grad):
         return self.backward_parts(grad, (True, True))
@@ -136,9 +137,10 @@ class MatMul(Function):
         a, b = self.saved
         if b.ndim == 2:  # dA = dY Bᵀ; dB = Aᵀ dY, both as single GEMMs over all rows
             a2, g2 = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
-            return ((g2 @ b.T).reshape(a.shape) if wanted[0] else None, a2.T @ g2 if wanted[1] else None)
-        grad_a = unbroadcast(grad @ np.swapaxes(b, -1, -2), a.shape) if wanted[0] else None
-        grad_b = unbroadcast(np.swapaxes(a, -1, -2) @ grad, b.shape) if wanted[1] else None
+            return (dtypes.matmul(g2, b.T).reshape(a.shape) if wanted[0] else None,
+                    dtypes.matmul(a2.T, g2) if wanted[1] else None)
+        grad_a = unbroadcast(dtypes.matmul(grad, np.swapaxes(b, -1, -2)), a.shape) if wanted[0] else None
+        grad_b = unbroadcast(dtypes.matmul(np.swapaxes(a, -1, -2), grad), b.shape) if wanted[1] else None
         return grad_a, grad_b
         # end exercise
 

@@ -8,6 +8,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from minitensor import dtypes
 from minitensor.autograd import Function
 from minitensor.tensor import Tensor
 
@@ -44,7 +45,7 @@ def _expand_reduced(grad, axes, keepdims):
 class Sum(Function):
     def forward(self, a, axis=None, keepdims=False):
         self.shape, self.axes, self.keepdims = a.shape, _normalize_axis(axis, a.ndim), keepdims
-        return np.sum(a, axis=self.axes, keepdims=keepdims)
+        return dtypes.sum(a, axis=self.axes, keepdims=keepdims)
 
     def backward(self, grad):
         return np.broadcast_to(_expand_reduced(grad, self.axes, self.keepdims), self.shape)

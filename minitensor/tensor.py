@@ -4,10 +4,11 @@ import reprlib
 
 import numpy as np
 
-from minitensor import autograd
+from minitensor import autograd, dtypes
 
 # PyTorch's dtype names; they are numpy's dtypes, so `mt.float32 is np.float32`.
-float32, float64, int64 = np.float32, np.float64, np.int64
+float16, float32, float64, int64 = np.float16, np.float32, np.float64, np.int64
+bfloat16 = dtypes.bfloat16  # None without the optional ml_dtypes package
 DEFAULT_FLOAT = float32
 
 
@@ -22,7 +23,7 @@ def _as_array(data, dtype=None):
         array = np.asarray(data, dtype=dtype)
     except (TypeError, ValueError) as error:
         raise TypeError(f"tensor: cannot make a tensor of {_describe(data)} ({error})") from None
-    if array.dtype.kind not in "biuf":  # bool, signed, unsigned, float
+    if array.dtype.kind not in "biuf" and not dtypes.is_floating(array.dtype):  # bool, int, float, bfloat16
         raise TypeError(f"tensor: needs numbers (bool, int or float), got {_describe(data)} of numpy dtype {array.dtype}")
     if dtype is None and not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
         array = array.astype(DEFAULT_FLOAT)
@@ -71,7 +72,7 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
-        if flag and not np.issubdtype(self.data.dtype, np.floating):
+        if flag and not dtypes.is_floating(self.data.dtype):
             raise TypeError(f"only floating-point tensors can require grad, got dtype {self.data.dtype}")
         self._requires_grad = bool(flag)
 

@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from minitensor import dtypes
 from minitensor.autograd import Function
 
 
@@ -55,11 +56,14 @@ class Gelu(Function):
     """GPT-2's tanh approximation: y = x·Φ(x) with Φ(x) ≈ ½(1 + tanh(u)), u = c(x + 0.044715x³).
 
     dy/dx = ½(1 + tanh u) + ½x(1 − tanh²u)·c(1 + 3·0.044715x²), with c = √(2/π).
+    A fused kernel: a 16-bit input is computed in float32 and each result rounded once
+    (a dozen 16-bit steps would round a dozen times, and numpy's float16 arithmetic is slow).
     """
 
     C = math.sqrt(2 / math.pi)
 
     def forward(self, x):
+        dtype, (x,) = x.dtype, dtypes.upcast(x)
         # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
         # float32 power is ~100x slower than a product)
         u = np.multiply(x, x, out=np.empty_like(x))  # an array even for 0-d x (x * x would be a scalar)
@@ -72,10 +76,11 @@ class Gelu(Function):
         y = t + 1
         y *= x
         y *= 0.5
-        return y
+        return dtypes.like(dtype, y)
 
     def backward(self, grad):
         x, t = self.saved
+        dtype, (grad,) = grad.dtype, dtypes.upcast(grad)
         d = x * x  # becomes x·du/dx·(1 − t²), then the whole bracket
         d *= 3 * 0.044715
         d += 1
@@ -86,7 +91,7 @@ class Gelu(Function):
         d += t
         d *= 0.5
         d *= grad
-        return d
+        return dtypes.like(dtype, d)
 
 
 def exp(a):

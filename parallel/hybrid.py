@@ -21,6 +21,12 @@ unit is all-gathered for each micro-batch's forward and backward and freed after
 gradients are reduce-scattered once per step, after the schedule, where the dp mean
 of every other layout happens too.
 
+Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
+the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
+see the float32 master weights; the loss is scaled on the last stage; the found-inf
+flag is MAX-all-reduced over tp, pp and dp × cp, so every rank skips the same steps.
+(Not yet with ZeRO-2/3, whose sharded buckets would have to hold the masters.)
+
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
 pipeline stages, `TensorParallelStage` converts each over the tp group, `Pipeline` runs
@@ -35,6 +41,7 @@ import contextlib
 
 import numpy as np
 
+from minitensor.amp import MixedPrecision, policy_of_dtype, precision_policy
 from minitensor.optim import AdamW
 
 from .comm.gather import gather_named_arrays
@@ -64,12 +71,14 @@ class HybridGPT(ParallelModel):
     moments, 2: + gradients, 3: + parameters); prefetch: ZeRO-3 all-gathers issued ahead;
     seed: the TP dropout streams; cp_layout: "zigzag" or "contiguous", the tokens of each cp
     rank (with mesh.cp > 1); cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads
-    per tp rank divisible by cp).
+    per tp rank divisible by cp); precision: a minitensor.amp policy name ("fp32", "fp16",
+    "bf16", ...; `gpt` is built in its master dtype), default the gpt's own dtype
+    throughout; scaler: GradScaler settings.
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
                  sequence_parallel=False, checkpoint_activations=False, zero=0, seed=0, prefetch=1,
-                 cp_layout="zigzag", cp_comm_type="p2p"):
+                 cp_layout="zigzag", cp_comm_type="p2p", precision=None, scaler=None):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
@@ -91,14 +100,21 @@ class HybridGPT(ParallelModel):
         self.tied = TiedGradients(self.stages, mesh, ties)
         # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
         # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
+        # Under a mixed policy the optimizer and the dp reducer work on the float32 masters.
         self.dp_reducer, self.shardings = None, []
         if self.zero != 1:
             broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
-            trainable = [p for p in self.parameters() if p.requires_grad]
-            if self.zero == 0:
-                self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
-            else:
-                self.shard_units(prefetch)
+        policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
+        if policy.mixed and self.zero > 1:
+            raise ValueError(f"precision {policy.name} with zero={self.zero}: ZeRO-2/3's sharded buckets hold the "
+                             "compute parameters, not float32 masters; use zero=1 or precision fp32")
+        self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
+                                  **(scaler or {}))
+        if self.zero == 0:
+            trainable = [p for p in self.amp.masters if p.requires_grad]
+            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
+        elif self.zero > 1:
+            self.shard_units(prefetch)
         self.optimizer = None
         self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
         self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
@@ -140,7 +156,7 @@ class HybridGPT(ParallelModel):
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
                 "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
-                "zero": self.zero}
+                "zero": self.zero, "precision": self.amp.policy.name}
 
     # --- parameters --------------------------------------------------------------
 
@@ -148,17 +164,28 @@ class HybridGPT(ParallelModel):
         """This rank's parameters under single-device names (shards carry tp_axis, full_shape)."""
         return self.pipeline.named_parameters()
 
+    def named_master_parameters(self):
+        """The parameters the optimizer steps, under single-device names: the float32 masters
+        under a mixed policy (with the shards' tags), else named_parameters() itself."""
+        return [(name, m) for (name, _), m in zip(self.named_parameters(), self.amp.masters)]
+
+    def master_parameters_changed(self):
+        """A loader wrote the masters: round them into the compute copies."""
+        self.amp.masters_to_params()
+
     def named_modules(self):
         return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
 
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        """AdamW on this rank's parameters, or ZeRO AdamW sharded over dp; kept as `self.optimizer`."""
+        """AdamW on this rank's (master) parameters, or ZeRO AdamW sharded over dp × cp; kept as
+        `self.optimizer`."""
         if self.zero:
             buckets = self.dp_reducer.buckets if self.zero > 1 else None
-            self.optimizer = ZeroOptimizer(self.parameters(), self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
+            self.optimizer = ZeroOptimizer(self.amp.masters, self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
                                            self.zero, buckets)
+            self.amp.masters_to_params()  # it broadcast rank 0's masters: the compute copies follow
         else:
-            self.optimizer = AdamW(self.parameters(), lr, betas, eps, weight_decay)
+            self.optimizer = AdamW(self.amp.masters, lr, betas, eps, weight_decay)
         return self.optimizer
 
     def register_comm_hook(self, hook):
@@ -213,23 +240,22 @@ class HybridGPT(ParallelModel):
             raise RuntimeError("train_step after the gradients were synced: call optimizer_step() or "
                                "zero_grad() before accumulating more")
         idx, targets = self.local_batch(idx, targets)
+        self.pipeline.loss_scale = self.amp.scaler.scale
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
         self.accumulated += 1
         group = self.mesh.dp_cp_group
         return float(group.all_reduce(np.array([loss]))[0]) / group.size
 
     def finish_grad_sync(self):
-        """TP partial grads summed over tp, the mean over accumulated batches, then the dp × cp
-        mean (left to the optimizer under ZeRO). Idempotent; every rank must call it alike."""
+        """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
+        batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
+        the optimizer under ZeRO-1). Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
         for stage in self.stages:
             stage.finish_grad_sync()
         self.tied.finish()
-        if self.accumulated > 1:
-            for p in self.parameters():
-                if p.grad is not None:
-                    p.grad /= self.accumulated
+        self.amp.grads_to_master(divisor=self.accumulated)
         for sharding in self.shardings:
             sharding.finish()
         if self.dp_reducer is not None and self.outer is None:
@@ -241,13 +267,15 @@ class HybridGPT(ParallelModel):
         if self.optimizer is None:
             raise RuntimeError("optimizer_step() before configure_optimizer()")
         self.finish_grad_sync()
-        self.optimizer.step()
-        if self.outer is not None:
+        stepped = self.amp.step(self.optimizer)  # skipped on every rank if any rank's gradients overflowed
+        if stepped and self.outer is not None:
             self.outer.step()  # every local_steps-th step: the dp average of the pseudo-gradients
+            self.amp.masters_to_params()
         self.zero_grad()
 
     def zero_grad(self):
         self.pipeline.zero_grad()
+        self.amp.zero_grad()
         if self.zero > 1:
             self.dp_reducer.zero_grad_shards()
         self.accumulated, self.synced = 0, False
@@ -262,16 +290,17 @@ class HybridGPT(ParallelModel):
         return {name: merged[name] for name in self.dense_names if name in merged}
 
     def full_state_dict(self):
+        """Single-device-named parameters (the masters under a mixed policy)."""
         local = {}
-        with self.full_parameters():
+        with self.full_parameters(), self.amp.params_hold_masters():
             for stage in self.stages:
                 local.update(stage.full_state_dict())
         return self._merge(local)
 
     def full_grads(self):
-        """Single-device-named gradients of the synced step (finishes the sync first);
-        under ZeRO-1 the dp × cp mean is taken here, since the raw gradients are still local;
-        under ZeRO-2/3 every rank's chunk is gathered."""
+        """Single-device-named gradients of the synced step (finishes the sync first), unscaled,
+        in the master dtype; under ZeRO-1 the dp × cp mean is taken here, since the raw gradients
+        are still local; under ZeRO-2/3 every rank's chunk is gathered."""
         self.finish_grad_sync()
         params = self.parameters()
         if self.zero > 1:  # the averaged gradients, whole, only for this call
@@ -279,12 +308,13 @@ class HybridGPT(ParallelModel):
             for p in params:
                 p.grad = grads.get(id(p))
         local = {}
-        with self.full_parameters():
+        with self.full_parameters(), self.amp.params_hold_masters():
             for stage in self.stages:
                 local.update(stage.full_grads())
         if self.zero > 1:
             for p in params:
                 p.grad = None
+        local = {name: g / self.amp.scaler.scale for name, g in local.items()} if self.amp.scaler.enabled else local
         if self.zero == 1:
             group = self.mesh.dp_cp_group
             local = {name: group.all_reduce(g) / group.size for name, g in local.items()}
@@ -295,7 +325,7 @@ class HybridGPT(ParallelModel):
         missing = [name for name in self.dense_names if name not in state]
         if missing:
             raise KeyError(f"load_full_state_dict: missing keys {missing}")
-        with self.full_parameters(writeback=True):
+        with self.full_parameters(writeback=True), self.amp.params_hold_masters():
             for stage in self.stages:
                 names = [name for name, _ in stage.named_parameters()]
                 stage.load_full_state_dict({name: state[name] for name in names})
@@ -315,12 +345,14 @@ class HybridGPT(ParallelModel):
     def memory_bytes(self):
         """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
         placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
-        ZeRO-3's all-gathered units since the last reset_memory_peak()."""
-        params = self.parameters()
+        ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
+        policy the float32 masters count as optimizer state and their gradients as gradients."""
+        params, masters = self.parameters(), self.amp.masters if self.amp.mixed else []
         buckets = self.dp_reducer.buckets if self.zero > 1 else []
+        grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
         return {"params": held_bytes([p.data for p in params] + [b.param_shard for b in buckets if self.zero == 3]),
-                "grads": held_bytes([p.grad for p in params if p.grad is not None] + [b.grad_shard for b in buckets]),
-                "optim": self.optimizer.state_bytes() if self.optimizer else 0,
+                "grads": held_bytes(grads),
+                "optim": (self.optimizer.state_bytes() if self.optimizer else 0) + held_bytes([m.data for m in masters]),
                 "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
 
     def reset_memory_peak(self):

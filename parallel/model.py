@@ -9,6 +9,10 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
     named_parameters()           this rank's parameters by single-device name; a tensor-parallel
                                  shard is described by tensor_parallel.sharding.tp_axis / dense_shape
     named_modules()              this rank's modules by name (where the dropout generators live)
+    amp                          its minitensor.amp.MixedPrecision: precision policy, masters, loss scaler
+    named_master_parameters()    the parameters the optimizer steps, by name (float32 masters under
+                                 a mixed precision policy; else the parameters); checkpoints hold these
+    master_parameters_changed()  a loader wrote the masters: refresh the compute copies
     train_step(idx, targets)     forward + backward of one global batch, gradients ADDED; mean loss
     finish_grad_sync()           every gradient reduction due (idempotent)
     optimizer_step(), zero_grad()
@@ -27,7 +31,7 @@ from minitensor.models.gpt import GPT
 
 
 class ParallelModel(ABC):
-    config = mesh = optimizer = None
+    config = mesh = optimizer = amp = None
     dense_class = GPT
 
     @abstractmethod
@@ -83,6 +87,12 @@ class ParallelModel(ABC):
 
     def full_parameters(self, writeback=False):
         return contextlib.nullcontext()
+
+    def named_master_parameters(self):
+        return self.named_parameters()
+
+    def master_parameters_changed(self):
+        """Nothing to do when the parameters are their own masters."""
 
     def dense_gpt(self):
         """A single-device GPT (or BERT) holding the gathered parameters (on every rank), in eval mode."""

@@ -157,3 +157,12 @@ def zero_layouts(draw, max_world=8):
 
 # (α seconds per message, β seconds per byte) of a simulated link, small enough to keep tests fast.
 link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.0, 1e-10, 1e-9]))
+
+
+# --- minitensor.amp (the loss scaler) --------------------------------------------
+
+
+@st.composite
+def scaler_events(draw):
+    """(log2 of the initial scale 0..20, growth_interval 1..5, overflow flags of up to 30 steps)."""
+    return draw(st.integers(0, 20)), draw(st.integers(1, 5)), draw(st.lists(st.booleans(), max_size=30))

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from minitensor import unary_ops
+from minitensor import dtypes, unary_ops
 from minitensor.autograd import Function
 from minitensor.ops import dtype_mismatch
 from minitensor.random import default_generator
@@ -17,7 +17,7 @@ class Linear(Function):
         x2 = x.reshape(-1, x.shape[-1])
         self.save_for_backward(x2, weight)
         self.x_shape, self.has_bias = x.shape, bias is not None
-        y = x2 @ weight.T
+        y = dtypes.matmul(x2, weight.T)
         if bias is not None:
             y += bias
         return y.reshape(*x.shape[:-1], weight.shape[0])
@@ -30,11 +30,11 @@ class Linear(Function):
         backward asks for dx now and for dW, db later (minitensor.split_backward)."""
         x2, weight = self.saved
         g2 = grad.reshape(-1, grad.shape[-1])
-        dx = (g2 @ weight).reshape(self.x_shape) if wanted[0] else None  # dx = dy W
-        dw = g2.T @ x2 if wanted[1] else None                              # dW = dyᵀ x
+        dx = dtypes.matmul(g2, weight).reshape(self.x_shape) if wanted[0] else None  # dx = dy W
+        dw = dtypes.matmul(g2.T, x2) if wanted[1] else None                              # dW = dyᵀ x
         if not self.has_bias:
             return dx, dw
-        return dx, dw, (g2.sum(axis=0) if wanted[2] else None)
+        return dx, dw, (dtypes.sum(g2, axis=0) if wanted[2] else None)
 
 
 class Softmax(Function):
@@ -43,28 +43,31 @@ class Softmax(Function):
     y = exp(s·x − max) / Σ exp(s·x − max).  dx = s · y ⊙ (dy − Σ dy⊙y).
     Attention passes its 1/√d scale and causal mask here, so scaling, masking and
     normalizing happen in place in one buffer instead of three ops with three copies.
+    A 16-bit input is computed in float32 and the output rounded once (minitensor.dtypes).
     """
 
     def forward(self, x, axis, scale=1.0, mask=None):
         self.axis, self.scale = axis, scale
-        y = x * scale
+        (y,) = dtypes.upcast(x)
+        y = y * scale
         if mask is not None:
             np.copyto(y, -np.inf, where=mask)  # exp(−∞) = 0: masked entries get no weight
         y -= y.max(axis=axis, keepdims=True)
         np.exp(y, out=y)
         y /= y.sum(axis=axis, keepdims=True)
-        self.y = y
-        return y
+        self.y = dtypes.like(x.dtype, y)  # kept as returned: in the input's dtype
+        return self.y
 
     def backward(self, grad):
+        grad, y = dtypes.upcast(grad, self.y)  # 16-bit: computed in float32
         # exercise 02.3: softmax backward
-        # hint: with the saved output y: dx = s · y ⊙ (dy − Σ dy⊙y), the sum over self.axis kept as an axis.
-        y = self.y
+        # hint: with y, the saved output: dx = s · y ⊙ (dy − Σ dy⊙y), the sum over self.axis kept as an axis;
+        # hint: leave the result in dx.
         dx = grad - np.expand_dims(np.vecdot(grad, y, axis=self.axis), self.axis)
         dx *= y
         dx *= self.scale
-        return dx
         # end exercise
+        return dtypes.like(self.y.dtype, dx)
 
 
 def _log_softmax(x, axis):
@@ -78,33 +81,37 @@ class LogSoftmax(Function):
 
     def forward(self, x, axis):
         self.axis = axis
-        self.y = _log_softmax(x, axis)
+        self.y = dtypes.like(x.dtype, _log_softmax(*dtypes.upcast(x), axis))
         return self.y
 
     def backward(self, grad):
-        return grad - np.exp(self.y) * grad.sum(axis=self.axis, keepdims=True)
+        grad, y = dtypes.upcast(grad, self.y)
+        return dtypes.like(self.y.dtype, grad - np.exp(y) * grad.sum(axis=self.axis, keepdims=True))
 
 
 class LayerNorm(Function):
     """y = x̂·w + b with x̂ = (x − μ)/σ over the last axis.
 
     With g = dy·w: dx = (g − mean(g) − x̂·mean(g·x̂)) / σ; dw = Σ dy·x̂; db = Σ dy.
+    16-bit inputs are computed in float32 (x̂ and 1/σ kept so), results rounded once.
     """
 
     def forward(self, x, weight, bias, eps):
-        n = x.shape[-1]
+        self.dtype, n = x.dtype, x.shape[-1]
+        x, weight, bias = dtypes.upcast(x, weight, bias)
         xhat = x - x.mean(axis=-1, keepdims=True)
         rstd = 1.0 / np.sqrt(np.vecdot(xhat, xhat)[..., None] / n + eps)  # variance as a row dot product
         xhat *= rstd
         self.save_for_backward(xhat, rstd, weight)
         y = xhat * weight
         y += bias
-        return y
+        return dtypes.like(self.dtype, y)
 
     def backward(self, grad):
+        (grad,) = dtypes.upcast(grad)  # 16-bit: computed in float32
         # exercise 02.1: LayerNorm backward
         # hint: use the saved x̂, 1/σ and w: with g = dy·w, dx = (g − mean(g) − x̂·mean(g·x̂)) / σ,
-        # hint: dw = Σ dy·x̂ and db = Σ dy over every axis but the last.
+        # hint: dw = Σ dy·x̂ and db = Σ dy over every axis but the last; leave them in dx, dw, db.
         xhat, rstd, weight = self.saved
         n, lead = grad.shape[-1], tuple(range(grad.ndim - 1))
         grad_xhat = grad * xhat
@@ -116,8 +123,8 @@ class LayerNorm(Function):
         dx -= mean_g
         dx -= np.multiply(xhat, mean_gx, out=grad_xhat)  # reuse the dy⊙x̂ buffer
         dx *= rstd
-        return dx, dw, db
         # end exercise
+        return dtypes.like(self.dtype, dx, dw, db)
 
 
 class CrossEntropy(Function):
@@ -126,9 +133,13 @@ class CrossEntropy(Function):
     d/dlogits = (softmax − onehot(target)) / n_counted, zero on ignored tokens.
     When every token is ignored the loss is 0 with zero gradient (PyTorch gives NaN):
     a micro-batch without answer tokens then adds nothing instead of poisoning the sum.
+    16-bit logits are computed in float32 and the loss RETURNED in float32 (a loss scale
+    of 2¹⁶ times a loss of 2.5 overflows float16); their gradient is rounded back.
     """
 
     def forward(self, logits, targets, ignore_index):
+        self.dtype = logits.dtype
+        (logits,) = dtypes.upcast(logits)
         logits2 = logits.reshape(-1, logits.shape[-1])
         targets = targets.reshape(-1)
         counted = targets != ignore_index
@@ -143,13 +154,14 @@ class CrossEntropy(Function):
     def backward(self, grad):
         # exercise 02.2: cross-entropy backward
         # hint: d/dlogits = (softmax − onehot(target)) / n_counted: softmax is exp(logp);
-        # hint: rows of ignored tokens get zero; scale by the incoming grad; return the logits' shape.
+        # hint: rows of ignored tokens get zero; scale by the incoming grad; leave it in d, of the logits' shape.
         logp, safe, counted = self.saved
         d = np.exp(logp)
         d[np.arange(len(safe)), safe] -= 1
         d *= (counted * (grad / self.n))[:, None]
-        return d.reshape(self.shape)
+        d = d.reshape(self.shape)
         # end exercise
+        return dtypes.like(self.dtype, d)
 
 
 class Embedding(Function):
@@ -164,9 +176,9 @@ class Embedding(Function):
         # idx[i]·dim + j. numpy's add.at is fast on 1-D indices, slow on row indices.
         dim = self.shape[1]
         flat = (self.idx.reshape(-1, 1) * dim + np.arange(dim)).reshape(-1)
-        dw = np.zeros(self.shape[0] * dim, grad.dtype)
+        dw = np.zeros(self.shape[0] * dim, dtypes.accumulate_dtype(grad.dtype))  # a sum: float32 for 16-bit
         np.add.at(dw, flat, grad.reshape(-1))
-        return dw.reshape(self.shape)
+        return dtypes.like(grad.dtype, dw.reshape(self.shape))
 
 
 def _input_in_dtype_of(op, x, *params):

@@ -83,8 +83,9 @@ class ShardReader:
 
 def load_checkpoint(path, model):
     """Load the checkpoint at `path` into this rank's part of the `ParallelModel` `model`:
-    parameters, the optimizer's state (model.optimizer, if any) and, in the same layout,
-    the random streams (collective). The layout may differ from the saving one.
+    parameters (the masters under a mixed precision policy), the optimizer's state
+    (model.optimizer, if any), the loss scaler's state and, in the same layout, the random
+    streams (collective). The layout may differ from the saving one.
     Returns {"step": steps done, "extra": the saved extra, "path": the step directory,
     "resharded": layout differs (RNG not restored), "manifest"}.
     """
@@ -111,8 +112,12 @@ def load_checkpoint(path, model):
     with model.full_parameters(writeback=True):  # ZeRO-3: this rank keeps its chunk of them
         for name, p in params.items():
             p.data[...] = values[name]
+    model.master_parameters_changed()
     if optimizer is not None and manifest["optimizer"]["defaults"] is not None:
         load_moments(optimizer, params, moments, manifest["optimizer"]["defaults"])
+    saved_scaler = manifest["optimizer"].get("scaler")  # older checkpoints have none
+    if saved_scaler and saved_scaler["enabled"] and model.amp is not None and model.amp.scaler.enabled:
+        model.amp.scaler.load_state_dict(saved_scaler)
     if rng is not None:
         set_rng_state_json(model, rng)
     if hook_state and getattr(model, "comm_hook", None) is not None:

@@ -86,7 +86,8 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
     outcome = None
     if world.rank == 0:
         optim = {"type": optimizer_type(optimizer),
-                 "defaults": dict(optimizer.defaults) if optimizer is not None else None}
+                 "defaults": dict(optimizer.defaults) if optimizer is not None else None,
+                 "scaler": model.amp.scaler.state_dict() if model.amp is not None else None}
         manifest = build_manifest(records, step, model.config, model.layout(), mesh.sizes(), optim, extra or {})
 
         def publish():

@@ -4,7 +4,9 @@ The checkpoint never asks which kind of parallel model it holds (parallel.model'
 `ParallelModel` interface: named_parameters, named_modules, optimizer); it needs only
 
     parameters     name -> Parameter (single-device names; a tp shard is described by
-                   tensor_parallel.sharding's `tp_axis` and `dense_shape`)
+                   tensor_parallel.sharding's `tp_axis` and `dense_shape`): the parameters
+                   the optimizer steps, so under a mixed precision policy the float32
+                   masters (the 16-bit compute copies are their rounding)
     moments        name -> AdamW's exp_avg, exp_avg_sq and step count. Plain AdamW keeps
                    them by position in its parameter list, ZeRO-1 as one flat chunk of
                    the dp group's concatenated parameters: both are mapped to names here
@@ -30,7 +32,7 @@ HOOK_PREFIX = "comm_hook/"  # the rank's communication hook state (error feedbac
 
 
 def named_parameters(model):
-    return OrderedDict(model.named_parameters())
+    return OrderedDict(model.named_master_parameters())
 
 
 def optimizer_type(optimizer):

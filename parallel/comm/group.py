@@ -26,9 +26,12 @@ import os
 
 import numpy as np
 
+from minitensor.dtypes import SIXTEEN_BIT
+
 from .request import Request
 
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+# float16 and bfloat16 (if ml_dtypes is installed) carry 16-bit activations (minitensor.amp).
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) + SIXTEEN_BIT
 REDUCE_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 ALGORITHMS = ("builtin", "ring")
 # MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.

@@ -22,6 +22,10 @@ Collectives across ranks that do not match (one rank all-reduces, another
 broadcasts; different shapes) are checked only with `debug` on
 (PARALLEL_DEBUG=1): each collective then first all-gathers a fixed-size int64
 description of the call (debug.py), one extra small collective per call.
+
+bfloat16 (minitensor.dtypes) has no MPI datatype and mpi4py rejects its buffers: such
+an array travels as its 16-bit patterns (UINT16_T), and its sums and maxima are MPI
+user-defined operations that add the patterns as bfloat16 (`_message`, `_op`).
 """
 import os
 import time
@@ -29,12 +33,39 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from minitensor.dtypes import bfloat16
+
 from .debug import check_calls_agree
 from .gather import describe, read_description
 from .group import Group, check_message
 from .request import Pending
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _bfloat16_op(ufunc):
+    """An MPI operation combining bfloat16 arrays sent as UINT16_T: inout = ufunc(inout, in)."""
+    def combine(inbuf, inoutbuf, datatype):
+        inout = np.frombuffer(inoutbuf, dtype=bfloat16)
+        ufunc(inout, np.frombuffer(inbuf, dtype=bfloat16), out=inout)
+    return MPI.Op.Create(combine, commute=True)
+
+
+_BF16_OPS = {} if bfloat16 is None else {"sum": _bfloat16_op(np.add), "max": _bfloat16_op(np.maximum),
+                                          "min": _bfloat16_op(np.minimum)}
+
+
+def _is_bfloat16(buf):
+    return bfloat16 is not None and buf.dtype == bfloat16
+
+
+def _message(buf):
+    """What mpi4py is given for `buf`: the array, or a bfloat16 array's bits as UINT16_T."""
+    return [buf.view(np.uint16), MPI.UINT16_T] if _is_bfloat16(buf) else buf
+
+
+def _op(op, buf):
+    return _BF16_OPS[op] if _is_bfloat16(buf) else _OPS[op]
 _MAX_NDIM = 32  # numpy's limit
 _HEADER_LEN = 2 + _MAX_NDIM
 _COLLECTIVE_UNKNOWN = ("MPI does not tell a waiting rank which ranks have not joined a collective: "
@@ -94,20 +125,21 @@ class MPIGroup(Group):
 
     def _iall_reduce(self, buf, op):
         signature = {"shape": buf.shape, "dtype": buf.dtype, "op": op}
-        return self._collective("all_reduce", signature, lambda: self.comm.Iallreduce(MPI.IN_PLACE, buf, _OPS[op]))
+        return self._collective("all_reduce", signature, lambda: self.comm.Iallreduce(MPI.IN_PLACE, _message(buf),
+                                                                                     _op(op, buf)))
 
     def _iall_gather(self, buf, out):
         signature = {"shape": buf.shape, "dtype": buf.dtype}
-        return self._collective("all_gather", signature, lambda: self.comm.Iallgather(buf, out))
+        return self._collective("all_gather", signature, lambda: self.comm.Iallgather(_message(buf), _message(out)))
 
     def _ireduce_scatter(self, blocks, out, op):
         signature = {"shape": blocks.shape, "dtype": blocks.dtype, "op": op}
-        start = lambda: self.comm.Ireduce_scatter_block(blocks, out, _OPS[op])
+        start = lambda: self.comm.Ireduce_scatter_block(_message(blocks), _message(out), _op(op, blocks))
         return self._collective("reduce_scatter", signature, start)
 
     def _ibroadcast(self, buf, root):
         signature = {"shape": buf.shape, "dtype": buf.dtype, "root": root}
-        return self._collective("broadcast", signature, lambda: self.comm.Ibcast(buf, root))
+        return self._collective("broadcast", signature, lambda: self.comm.Ibcast(_message(buf), root))
 
     def _ibarrier(self):
         return self._collective("barrier", {}, self.comm.Ibarrier)
@@ -116,14 +148,14 @@ class MPIGroup(Group):
         return self._collective("split", {}, self.comm.Ibarrier, lambda: MPIGroup(self.comm.Split(color, key)))
 
     def _isend(self, buf, dst, tag):
-        requests = [self.comm.Isend(_encode_header(buf), dst, tag), self.comm.Isend(buf, dst, tag)]
+        requests = [self.comm.Isend(_encode_header(buf), dst, tag), self.comm.Isend(_message(buf), dst, tag)]
         return Pending(lambda pause: _tested(requests, pause), None,
                        lambda: f"rank {dst} has not received the message (tag {tag})")
 
     def _irecv(self, buf, src, tag):
         header = np.empty(_HEADER_LEN, np.int64)
         header_request = self.comm.Irecv(header, src, tag)
-        payload_request = self.comm.Irecv(buf, src, tag)
+        payload_request = self.comm.Irecv(_message(buf), src, tag)
         checked = []
 
         def poll(pause):

@@ -12,7 +12,8 @@ the semantics under which checker.py proved the lists deadlock-free:
     send_fwd   send the output; then drop its values (only its graph is still needed,
                Megatron-LM's deallocate_output_tensor)
     recv_bwd   receive the gradient of the output
-    backward   last stage: backward from loss / m; else from the received gradient.
+    backward   last stage: backward from loss · loss_scale / m (loss_scale: the loss
+               scaler's, minitensor.amp; 1 without one); else from the received gradient.
                The graph (every saved activation) is released here
     send_bwd   send the input's gradient to the previous stage
     backward_input   (zero-bubble schedules) the same backward's B half: the input's
@@ -37,6 +38,7 @@ import time
 import numpy as np
 
 from minitensor.checkpoint import checkpoint as checkpointed
+from minitensor.dtypes import is_floating
 from minitensor.split_backward import WeightGradStore, backward_input
 from minitensor.tensor import Tensor
 
@@ -67,6 +69,7 @@ class Pipeline:
         self.actions = get_schedule(schedule, self.p, microbatches, self.v)[self.rank]
         self._check_stages()
         self.events, self.meter = [], ActivationMeter()
+        self.loss_scale = 1.0  # set before each step by a loss scaler (minitensor.amp)
 
     @classmethod
     def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, checkpoint=False):
@@ -176,7 +179,7 @@ class _Step:
         self.losses, self.meter, self.weight_grads = [], ActivationMeter(), WeightGradStore()
         first = pipe.stages[0]
         self.shape = first.activation_shape(*idx_chunks[0].shape)
-        self.dtype = next(p.dtype for p in first.parameters() if np.issubdtype(p.dtype, np.floating))
+        self.dtype = next(p.dtype for p in first.parameters() if is_floating(p.dtype))
         self.num_stages = pipe.p * pipe.v
         # What each kind of action does (schedules.KINDS): one method each, below.
         self.handlers = {"recv_fwd": self.recv_fwd, "forward": self.forward, "send_fwd": self.send_fwd,
@@ -218,20 +221,23 @@ class _Step:
         tag = message_tag(mb, self.stage_id(chunk), 1, self.num_stages)
         self.output_grads[mb, chunk] = self.pipe.group.recv(buffer, peer, tag)
 
-    def output_grad(self, mb, chunk):
-        """Where backward starts: 1/m on the loss (last stage), else the received gradient."""
+    def output_grad(self, mb, chunk, out):
+        """Where backward from `out` starts: scale/m on the loss (last stage), in the loss's
+        dtype (float32 for 16-bit stages); else the received gradient."""
         if self.pipe.stages[chunk].is_last:
-            return np.asarray(1.0 / self.pipe.m, self.dtype)
+            return np.asarray(self.pipe.loss_scale / self.pipe.m, out.dtype)
         return self.output_grads.pop((mb, chunk))
 
     def backward(self, mb, chunk, peer):
-        self.outputs.pop((mb, chunk)).backward(self.output_grad(mb, chunk))
+        out = self.outputs.pop((mb, chunk))
+        out.backward(self.output_grad(mb, chunk, out))
         self.meter.freed((mb, chunk))
         self.keep_input_grad(mb, chunk)
 
     def backward_input(self, mb, chunk, peer):
         inputs = [self.inputs[mb, chunk]] if (mb, chunk) in self.inputs else []
-        weights = backward_input(self.outputs.pop((mb, chunk)), self.output_grad(mb, chunk), inputs)
+        out = self.outputs.pop((mb, chunk))
+        weights = backward_input(out, self.output_grad(mb, chunk, out), inputs)
         self.weight_grads.put((mb, chunk), weights)
         self.meter.stored((mb, chunk), weights.saved_bytes())  # what W still needs, until W
         self.keep_input_grad(mb, chunk)

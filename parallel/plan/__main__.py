@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 from minitensor.flags import AT_LEAST_1, parse_checked
 from minitensor.models.bert import BertConfig
 
-from .layout import PRECISIONS, SCHEDULES
+from .layout import PRECISIONS, SCHEDULES, get_precision
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
 from .profiles import load_profile, packaged_profiles
 from .search import longest_sequence, plan
@@ -53,9 +53,10 @@ def build_parser():
                         f"{', '.join(packaged_profiles())}, a calibrated name, or a JSON path")
     parser.add_argument("--mem-per-device", type=parse_size,
                         help="memory per device, e.g. 8GB or 8GiB (default: the profile's)")
-    parser.add_argument("--dtype", choices=["auto", *PRECISIONS], default="auto",
+    parser.add_argument("--dtype", choices=["auto", *PRECISIONS, "fp16", "bf16"], default="auto",
                         help="float32, float64, or mixed (16-bit with fp32 master + states); "
-                        "auto = mixed if the device has 16-bit flops, else float32")
+                        "fp16/bf16: the precision policy as `python -m parallel.train --precision` keeps it "
+                        "(+4 bytes of fp32 master gradient); auto = mixed if the device has 16-bit flops, else float32")
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                         help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
     parser.add_argument("--compress", default="none", help="dp gradient compression, as parallel.train's "
@@ -145,14 +146,14 @@ def main(argv=None):
         parser.error(str(error))
     if args.longest_sequence:
         return print_longest_sequences(config, args, batch, profile, dtype)
-    precision = PRECISIONS[dtype]
+    precision = get_precision(dtype)
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
     print(f"model {config} = {dense_param_count(config):,} parameters")
     print(f"{args.devices} × {profile['name']} ({gib(limit)} GiB each), global batch {batch}, "
           f"schedule {args.schedule}")
     print(f"dtype {dtype}: {precision.param_bytes} + {precision.grad_bytes} + "
-          f"{precision.optim_bytes} bytes per parameter (params + grads + AdamW"
-          f"{' with fp32 master' if dtype == 'mixed' else ''}), "
+          f"{precision.optim_bytes + precision.master_bytes} bytes per parameter (params + grads + AdamW"
+          f"{' with fp32 master' if dtype in ('mixed', 'fp16', 'bf16') else ''}), "
           f"activations {precision.activation_bytes} bytes per element")
     print(f"{len(result.ranked)} layouts fit; rejected: " +
           (", ".join(f"{n} {why}" for why, n in result.rejected.items()) or "none"))

@@ -166,7 +166,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp * cp)
     replicas = layout.dp * cp
     grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
-        * precision.grad_bytes
+        * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
     if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
         dp_time = (2 * m + 1) * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
         dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"

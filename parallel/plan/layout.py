@@ -5,6 +5,10 @@ Rank coordinates are `parallel.Mesh`'s (`mesh.coords_of`): tp ranks adjacent
 """
 from dataclasses import dataclass
 
+import numpy as np
+
+from minitensor.amp import POLICIES, PrecisionPolicy, precision_policy
+
 from ..mesh import coords_of
 from ..pipeline.schedules import SCHEDULES as PIPELINE_SCHEDULES
 
@@ -19,8 +23,16 @@ class Precision:
     param_bytes: int
     grad_bytes: int
     optim_bytes: int          # AdamW exp_avg + exp_avg_sq (+ fp32 master weights in mixed)
+    # (grad_bytes under a mixed policy: the 16-bit gradient + the fp32 master gradient)
     activation_bytes: int
     flops_keys: tuple         # profile peak_flops entries to use, first found wins
+    master_bytes: int = 0     # a float32 master weight every rank keeps whole (minitensor.amp; ZeRO-1 shards
+                              # only the moments), counted with the optimizer state
+    reduce_bytes: int = 0     # bytes per gradient element the dp reduction moves (0: grad_bytes)
+
+    @property
+    def dp_grad_bytes(self):
+        return self.reduce_bytes or self.grad_bytes
 
 
 PRECISIONS = {
@@ -32,9 +44,29 @@ PRECISIONS = {
 
 
 def get_precision(name):
+    """A planner dtype name (float32, float64, mixed), or a precision policy (minitensor.amp's
+    PrecisionPolicy or its name: fp64, fp32, fp16, bf16), costed as HybridGPT holds it."""
+    if isinstance(name, PrecisionPolicy) or name in POLICIES:
+        return policy_precision(precision_policy(name) if isinstance(name, str) else name)
     if name not in PRECISIONS:
-        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(PRECISIONS)}")
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(PRECISIONS)}, or a policy {', '.join(POLICIES)}")
     return PRECISIONS[name]
+
+
+def policy_precision(policy):
+    """Bytes per parameter under `policy` as minitensor.amp keeps them. Mixed (2-byte compute,
+    4-byte masters): the paper's 2 + 2 + 12 (16-bit weight and gradient; fp32 master and two
+    AdamW moments) plus the 4-byte master gradient the float32 reduction needs (Megatron's
+    main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole).
+    Uniform: the dtype's weight, gradient and two moments."""
+    compute, master = np.dtype(policy.compute_dtype).itemsize, np.dtype(policy.master_dtype).itemsize
+    # 16-bit GEMMs run at the device's 16-bit peak; a CPU lists none, and there minitensor
+    # multiplies 16-bit matrices in float32 BLAS (minitensor.dtypes): its float32 peak.
+    flops = ("bfloat16", "float16", "float32") if policy.mixed else (str(np.dtype(policy.compute_dtype)),)
+    if policy.mixed:
+        return Precision(policy.name, compute, compute + master, 2 * master, compute, flops, master_bytes=master,
+                         reduce_bytes=np.dtype(policy.reduce_dtype).itemsize)
+    return Precision(policy.name, master, master, 2 * master, master, flops)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
         2  P·param + P/R·grad + P/R·optim          (P/R = Σ over units of ceil(P_unit/R):
         3  P/R·param + P/R·grad + P/R·optim         each unit is cut into R equal chunks)
     ZeRO-3's transient all-gathered units are not in these static figures.
+    `dtype` may be a precision policy (minitensor.amp: "fp16", "bf16", or a PrecisionPolicy);
+    its float32 master weights (P·master, whole on every rank: only ZeRO-1 composes with a
+    mixed policy here) count as optimizer state.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -56,7 +59,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     optim_count = {0: count, 1: -(-count // replicas)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
             "grads": (sharded if zero >= 2 else count) * precision.grad_bytes,
-            "optim": optim_count * precision.optim_bytes}
+            "optim": optim_count * precision.optim_bytes + count * precision.master_bytes}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,

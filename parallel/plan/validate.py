@@ -50,7 +50,9 @@ KINDS = ("params", "grads", "optim")
 def measure_memory(model):
     """{"params", "grads", "optim"} bytes this rank holds (HybridGPT.memory_bytes: live arrays):
     local parameters or their ZeRO-3 shards, their gradients or ZeRO-2/3 shards (call after
-    the gradient sync, before the optimizer zeroes them), the optimizer's state."""
+    the gradient sync, before the optimizer zeroes them), the optimizer's state; under a
+    mixed precision policy the float32 masters count as optimizer state and their gradients
+    as gradients."""
     held = model.memory_bytes()
     return {kind: held[kind] for kind in KINDS}
 

@@ -7,6 +7,7 @@ they never win a softmax and never receive gradient.
 """
 import numpy as np
 
+from minitensor import dtypes
 from minitensor.autograd import Function
 from minitensor.nn import functional as F
 from minitensor.tensor import Tensor
@@ -57,9 +58,12 @@ class VocabParallelCrossEntropy(Function):
     is non-zero only on the rank that holds the target: three numbers per token cross the
     group (max; sum-exp and target logit in one all-reduce), never the logits.
     Backward is local: d/dz = (softmax(z) − onehot(target)) / n_counted on this rank's columns.
+    16-bit logits are computed in float32, the loss returned in float32 (as CrossEntropy does).
     """
 
     def forward(self, logits, targets, group, vocab_size, ignore_index):
+        self.dtype = logits.dtype
+        (logits,) = dtypes.upcast(logits)
         # exercise 06.2: vocab-parallel cross-entropy forward
         # hint: mask padding columns (≥ vocab_size) to −inf; all-reduce the row max (op='max'); then ONE all-reduce
         # hint: of [Σ exp(z − m), target logit − m (only the rank holding the target)]; loss = mean of log Σ − picked
@@ -91,7 +95,7 @@ class VocabParallelCrossEntropy(Function):
         rows = np.flatnonzero(self.mine)
         d[rows, self.local_t[rows]] -= 1
         d *= (self.counted * (grad / self.n))[:, None]
-        return d.reshape(self.shape)
+        return dtypes.like(self.dtype, d.reshape(self.shape))
 
 
 def vocab_parallel_cross_entropy(logits, targets, group, vocab_size=None, ignore_index=-100):

@@ -6,13 +6,25 @@ single-device name from all ranks) with the parallel model's. The relative diffe
 of a gradient is max|g - g_ref| / max|g_ref|; a gradient that is zero in exact arithmetic
 (the attention key bias: softmax ignores a shift shared by all keys) is noise around 0,
 so its difference is measured against 1e-6 of the largest gradient instead.
+
+Under --precision fp16/bf16 the reference is one device under the SAME policy (16-bit
+compute, float32 masters, the same loss scaler). They cannot agree bit for bit: the
+layout changes where 16-bit rounding happens (a micro-batch's gradient is rounded to
+16 bits before the micro-batches are added; a tensor-parallel layer's partial sums
+are rounded before the all-reduce), so each differs by a few 16-bit roundings:
+TOLERANCES is ~10 units of the format's ε (float16 2⁻¹⁰, bfloat16 2⁻⁷) in the worst
+gradient, far below the difference between the policy and float64. The floor of a
+gradient that is zero in exact arithmetic is then the format's ε times the largest
+gradient (instead of 1e-6): below it, a 16-bit gradient is rounding noise.
 """
 import numpy as np
 
 import minitensor as mt
+from minitensor.amp import MixedPrecision, precision_policy
 from minitensor.optim import AdamW
 
-TOLERANCE = 1e-9  # float64
+TOLERANCES = {"fp64": 1e-9, "fp16": 1e-2, "bf16": 8e-2}  # 16-bit: 10 ε of the format
+NOISE_FLOORS = {"fp64": 1e-6, "fp16": 2.0**-10, "bf16": 2.0**-7}  # of the largest gradient
 
 
 class SingleDeviceCheck:
@@ -23,7 +35,9 @@ class SingleDeviceCheck:
         if group.rank == 0:
             mt.manual_seed(args.seed)
             self.model = parallel_model.dense_class(parallel_model.config, dtype=np.dtype(args.dtype))
-            self.optimizer = AdamW(self.model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+            self.amp = MixedPrecision(self.model.parameters(), precision_policy(args.precision))
+            self.optimizer = AdamW(self.amp.masters, lr=args.lr, weight_decay=args.weight_decay)
+        self.tolerance, self.noise_floor = TOLERANCES[args.precision], NOISE_FLOORS[args.precision]
 
     def check_step(self, model, batches, loss, step, lr):
         """Gather the parallel gradients, run the same step on one device, compare.
@@ -33,26 +47,29 @@ class SingleDeviceCheck:
             return None
         loss_diff, grad_diff, name = self.compare(batches, loss, grads)
         self.optimizer.defaults["lr"] = lr
-        self.optimizer.step()
-        if max(loss_diff, grad_diff) > TOLERANCE:
+        self.amp.step(self.optimizer)
+        if max(loss_diff, grad_diff) > self.tolerance:
             raise AssertionError(f"--check failed at step {step}: difference {max(loss_diff, grad_diff):.2e} "
-                                 f"> {TOLERANCE:g} ({name})")
+                                 f"> {self.tolerance:g} ({name})")
         return (f"check step {step}: loss {loss:.10f}, relative loss difference {loss_diff:.1e}, largest relative "
                 f"gradient difference {grad_diff:.1e} ({name}) vs one device")
 
     def compare(self, batches, loss, grads):
         """(relative loss difference, worst relative gradient difference, its name)."""
-        self.optimizer.zero_grad()
+        self.amp.zero_grad()
         ref_losses = []
         for idx, targets in batches:
             _, ref_loss = self.model(idx, targets)
-            (ref_loss / len(batches)).backward()
+            self.amp.backward(ref_loss / len(batches))
             ref_losses.append(ref_loss.item())
+        self.amp.grads_to_master()
         ref_loss = float(np.mean(ref_losses))
-        ref_grads = {name: p.grad for name, p in self.model.named_parameters()}
+        scale = self.amp.scaler.scale
+        ref_grads = {name: m.grad / scale if scale != 1 else m.grad
+                     for (name, _), m in zip(self.model.named_parameters(), self.amp.masters)}
         if list(grads) != list(ref_grads):
             raise AssertionError(f"--check: gathered gradient names {list(grads)} differ from {list(ref_grads)}")
-        floor = 1e-6 * max(float(np.abs(g).max()) for g in ref_grads.values())
+        floor = self.noise_floor * max(float(np.abs(g).max()) for g in ref_grads.values())
         diffs = {name: float(np.abs(grads[name] - ref).max()) / max(float(np.abs(ref).max()), floor)
                  for name, ref in ref_grads.items()}
         name = max(diffs, key=diffs.get)

@@ -7,6 +7,7 @@ rank exits with status 2) instead of a hang or a failure after hours of training
 import argparse
 import sys
 
+from minitensor.amp import precision_policy
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 from ..checkpoint.files import CheckpointError
@@ -30,6 +31,8 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
   python -m parallel.train --model bert --threads 4 --tp 2 --pp 2 --check   # BERT, the same layers
   python -m parallel.train --threads 4 --cp 2 --tp 2 --check   # context parallel: ring attention
+  python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
+  python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
@@ -65,6 +68,9 @@ def build_parser():
     train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")
     train.add_argument("--seed", type=int, help="seed of the weights and of the batches")
+    train.add_argument("--precision", choices=["fp32", "fp16", "bf16"],
+                       help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
+                            "reduction; fp16 with dynamic loss scaling (minitensor.amp). Default fp32")
     layout = p.add_argument_group("layout: world size = dp × tp × pp × cp")
     layout.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage")
@@ -114,15 +120,24 @@ def build_parser():
 
 
 def fill_defaults(args):
-    """Fill the flags left unset from the task's defaults; --check means float64."""
-    if args.check is not None:
-        if args.dtype == "float32":
-            raise ValueError("--check compares with one device to 1e-9 and needs --dtype float64 (or leave it unset)")
+    """Fill the flags left unset from the task's defaults; --check means float64, except under
+    --precision fp16/bf16 (float32 masters), which it compares with one device under the same policy.
+    Afterwards args.precision names the policy: fp64 and fp32 are --dtype's."""
+    if args.precision in ("fp16", "bf16"):
+        if args.dtype == "float64":
+            raise ValueError(f"--precision {args.precision} keeps float32 master weights; leave out --dtype float64")
+        args.dtype = "float32"
+    elif args.check is not None:
+        if args.dtype == "float32" or args.precision == "fp32":
+            raise ValueError("--check compares with one device to 1e-9 and needs --dtype float64 (or leave it unset, "
+                             "or compare a 16-bit run under its own policy: --precision fp16 or bf16)")
         args.dtype = "float64"
     for name, value in task_defaults(args).items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     args.dtype = args.dtype or "float32"
+    if args.precision not in ("fp16", "bf16"):
+        args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)
     return args
 
@@ -179,6 +194,10 @@ def check_args(args, world_size):
         raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
+    precision_policy(args.precision)  # bf16 without the ml_dtypes package: how to install it
+    if args.precision in ("fp16", "bf16") and args.zero > 1:
+        raise ValueError(f"--precision {args.precision} with --zero {args.zero}: ZeRO-2/3's sharded buckets hold the "
+                         f"compute parameters, not float32 masters; use --zero 1 or leave out --precision")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:
@@ -233,7 +252,8 @@ def check_parameter_server_args(args, compress):
         raise ValueError(f"{flag} must be ≥ 0")
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
-              f"--zero {args.zero}" if args.zero else None, f"--compress {args.compress}" if compress else None,
+              f"--zero {args.zero}" if args.zero else None,
+              f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
               f"--accumulate {args.accumulate}" if args.accumulate > 1 else None,

@@ -18,7 +18,7 @@ from ..comm_hooks import make_hook
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
-from .check import TOLERANCE, SingleDeviceCheck
+from .check import TOLERANCES, SingleDeviceCheck
 from .errors import configure_world
 from .task import evaluate, global_batch, make_task, sample
 
@@ -38,7 +38,7 @@ def build(args, task, group):
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,
-                      cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type)
+                      cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=args.precision)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
     hook = make_hook(args.compress, seed=args.seed)
     if hook is not None:
@@ -57,8 +57,10 @@ def check_finite(model, loss, step, losses, group):
     """Stop at `step`, on every rank, if the loss or any rank's synced gradient is not finite.
     Each rank flags its own; a MAX all-reduce over the world makes every rank see any flag
     (no rank is left waiting in the next collective). Checked before the optimizer step, so
-    the weights stay those of the last finite step."""
-    grads_finite = all(np.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    the weights stay those of the last finite step. Under loss scaling (fp16) an inf/nan
+    gradient is no error: the scaler skips that step and lowers the scale."""
+    grads_finite = model.amp.scaler.enabled or all(np.isfinite(p.grad).all() for _, p in model.named_master_parameters()
+                                                   if p.grad is not None)
     flags = np.array([not math.isfinite(loss), not grads_finite], dtype=np.int64)
     bad_loss, bad_grad = group.all_reduce(flags, op="max")
     if bad_loss or bad_grad:
@@ -150,10 +152,15 @@ def finish(args, model, task, group, losses, step_stats, checker, seconds):
         print(f"trained {len(losses)} steps in {report.clock(seconds)} ({seconds:.1f} s)", flush=True)
         print(f"{name}: {value:.4f}" + (f" ({value:.1%})" if name.endswith("exact match") else ""), flush=True)
         print("sample:\n" + sample(dense, task), flush=True)
+        if model.amp.scaler.enabled:
+            print(f"loss scale: {model.amp.scaler.scale:g} at the end; {model.amp.skipped} step(s) skipped for "
+                  f"inf/nan gradients", flush=True)
         if checker is not None:
             result["check"] = checker.worst
             print(f"check: largest relative difference to one device over {min(args.check, len(losses))} "
-                  f"step(s): {checker.worst:.1e} (tolerance {TOLERANCE:g} in float64)", flush=True)
+                  f"step(s): {checker.worst:.1e} (tolerance {TOLERANCES[args.precision]:g} "
+                  + ("in float64)" if args.precision == "fp64" else f"under the same policy, {args.precision})"),
+                  flush=True)
     say(group, report.communication_table(step_stats, group))
     if args.trace:
         report.save_trace(model, group, args.trace)

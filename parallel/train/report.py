@@ -45,7 +45,9 @@ def startup_summary(args, model, group):
     lines = [
         blas_report(group) + (f" (--threads {args.threads})" if args.threads else ""),
         f"task: {task}; {config.name} n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
-        f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}",
+        f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}"
+        + (f", precision {args.precision}: compute {model.amp.policy.compute_dtype}, float32 masters"
+           + (", loss scaling" if model.amp.scaler.enabled else "") if model.amp.mixed else ""),
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}"
         + context_parallel_text(args, mesh) + f", schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")

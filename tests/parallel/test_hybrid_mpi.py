@@ -3,7 +3,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from mpi_launch import requires_mpiexec, run_mpi
+
+from minitensor import dtypes
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 pytestmark = requires_mpiexec
@@ -53,3 +56,18 @@ def test_a_layout_that_does_not_fit_the_world_is_an_error_on_every_rank_printed_
     assert result.returncode == 2
     assert result.stderr.count("--dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8") == 1, result.stderr
     assert "rank 0: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but the world has 8" in result.stderr
+
+
+@pytest.mark.parametrize("precision, tolerance", [
+    ("fp16", "0.01"), pytest.param("bf16", "0.08", marks=pytest.mark.skipif(
+        dtypes.bfloat16 is None, reason="!!! ml_dtypes is NOT installed: the bfloat16 MPI test did NOT run !!!"))])
+def test_16_bit_on_four_ranks_equals_one_device_under_the_same_policy(precision, tolerance):
+    # 16-bit activations cross real MPI (float16: MPI's half sums; bfloat16: its bits as UINT16_T and a
+    # user-defined bfloat16 sum) in the tp all-reduces; the masters' gradients are reduced in float32
+    result = run_mpi(4, ["-m", "parallel.train", "--dp", "2", "--tp", "2", "--microbatches", "2", "--precision",
+                         precision, "--check", "2", "--steps", "2", *TINY], timeout=120)
+    worst = re.search(rf"^check: largest relative difference to one device over 2 step\(s\): (\S+) \(tolerance "
+                      rf"{tolerance} under the same policy, {precision}\)$", result.stdout, re.MULTILINE)
+    assert worst and float(worst.group(1)) <= float(tolerance), result.stdout
+    if precision == "fp16":
+        assert re.search(r"^loss scale: 65536 at the end; 0 step\(s\) skipped", result.stdout, re.MULTILINE)

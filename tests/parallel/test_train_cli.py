@@ -131,6 +131,8 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     (["--model", "bert", "--data", "x.txt"], "--model bert trains on the masked addition task"),
     (["--model", "bert", "--threads", "2", "--cp", "2"], "--cp 2 with --model bert: a BERT's segment"),
     (["--model", "bert", "--threads", "2", "--dp", "2", "--zero", "3"], "--zero 3 with --model bert: the MLM head"),
+    (["--threads", "2", "--dp", "2", "--zero", "2", "--precision", "bf16"],
+     "--precision bf16 with --zero 2: ZeRO-2/3's sharded buckets hold the compute parameters"),
 ])
 def test_bad_flags_are_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

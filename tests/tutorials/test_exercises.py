@@ -101,7 +101,7 @@ def test_start_diff_reset_work_fence_by_fence(tmp_path, capsys):
         main(["start", "2", "--workspace", str(workspace)])
     capsys.readouterr()
     main(["diff", "2", "--workspace", str(workspace)])
-    assert "-        return dx, dw, db" in capsys.readouterr().out
+    assert "-        dx *= rstd" in capsys.readouterr().out  # the fence ends before the rounding to 16 bits
     mine.write_text(mine.read_text().replace("raise NotImplementedError('exercise 02.1", "return None  # ('"))
     main(["reset", "2", "--workspace", str(workspace)])
     assert mine.read_text() == stub_text((REPO / fence.path).read_text(), find_fences((REPO / fence.path).read_text(), fence.path))

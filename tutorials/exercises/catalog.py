@@ -70,6 +70,9 @@ TESTS = {
              "tests/parallel/test_local_sgd.py::test_diloco_equals_a_sequential_simulation_of_the_replicas"],
     "12.4": ["tests/parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
              "tests/parallel/test_parameter_server.py::test_a_stale_run_replays_bit_for_bit_in_one_process[1]"],
+    "14.1": ["tests/minitensor/test_amp.py::test_scaler_backs_off_on_overflow_and_grows_after_growth_interval_clean_steps",
+             "tests/minitensor/test_amp.py::test_scale_stays_a_power_of_two_between_min_scale_and_its_growth",
+             "tests/minitensor/test_amp.py::test_an_inf_or_nan_gradient_is_found_and_the_step_skipped"],
 }
 
 # --- chapter 16: smaller models (BERT's masking, pruning, distillation) ---

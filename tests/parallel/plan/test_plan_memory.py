@@ -1,9 +1,13 @@
 """Per-rank memory: parameter/gradient/optimizer bytes and Korthikanti activations."""
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minitensor.models.gpt import GPTConfig
+import minitensor as mt
+from minitensor import dtypes
+from minitensor.models.gpt import GPT, GPTConfig
+from parallel import HybridGPT, Mesh, run_threads
 from parallel.pipeline import check_schedule, get_schedule
 from parallel.plan import Layout, get_config, param_bytes_per_rank
 from parallel.plan.memory import (
@@ -14,6 +18,7 @@ from parallel.plan.memory import (
     micro_batch_size,
     peak_memory,
 )
+from parallel.plan.validate import measure_memory
 
 SMALL = get_config("small")
 GPT3 = get_config("gpt3-175b")
@@ -125,3 +130,42 @@ def test_in_flight_micro_batches_are_the_schedule_checkers_peaks():
             for m in range(1, 9):
                 peaks = check_schedule(get_schedule(schedule, pp, m), pp, m).peak_activations
                 assert [in_flight_micro_batches(schedule, m, pp, stage) for stage in range(pp)] == peaks
+
+
+@pytest.mark.parametrize("precision, layout", [
+    ("fp16", dict(dp=1, tp=1, pp=1, zero=False)), ("fp16", dict(dp=2, tp=1, pp=1, zero=True)),
+    pytest.param("bf16", dict(dp=1, tp=2, pp=1, zero=False), marks=pytest.mark.skipif(
+        dtypes.bfloat16 is None, reason="!!! ml_dtypes is NOT installed: this bfloat16 test did NOT run !!!")),
+])
+def test_memory_under_a_precision_policy_equals_the_live_arrays(precision, layout):
+    # 16-bit weight and gradient, fp32 master gradient, fp32 master and moments (moments sharded by ZeRO-1)
+    config = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16)
+
+    def measured():
+        mt.manual_seed(0)
+        model = HybridGPT(GPT(config), Mesh(layout["dp"], layout["tp"], layout["pp"]), zero=layout["zero"],
+                          precision=precision, scaler=dict(init_scale=2.0**8))
+        model.configure_optimizer()
+        idx = np.random.default_rng(0).integers(0, 12, (2, 8))
+        for _ in range(2):
+            model.train_step(idx, idx)
+            model.finish_grad_sync()
+            memory = measure_memory(model)
+            model.optimizer_step()
+        assert model.amp.skipped == 0  # the optimizer state exists
+        return model.mesh.coords, memory
+
+    world = layout["dp"] * layout["tp"] * layout["pp"]
+    for coords, memory in run_threads(world, measured):
+        assert memory == param_bytes_per_rank(config, layout["dp"], layout["tp"], layout["pp"], coords,
+                                              dtype=precision, zero=layout["zero"])
+    p = GPT(config).num_parameters()
+    assert sum(param_bytes_per_rank(config, 1, 1, 1, dtype=precision).values()) == 20 * p  # 2 + 2 + 12, + 4
+
+
+def test_a_mixed_policy_reduces_float32_gradients_and_counts_the_master_gradient():
+    from parallel.plan.layout import get_precision
+    fp16 = get_precision("fp16")
+    assert (fp16.param_bytes, fp16.grad_bytes, fp16.optim_bytes, fp16.master_bytes) == (2, 2 + 4, 8, 4)
+    assert fp16.dp_grad_bytes == 4 and get_precision("float32").dp_grad_bytes == 4  # the dp all-reduce moves float32
+    assert get_precision("fp64") == get_precision("float64").__class__("fp64", 8, 8, 16, 8, ("float64",))
