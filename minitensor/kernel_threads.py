@@ -6,7 +6,9 @@ pool has as many threads as numpy's BLAS uses (the caller's thread counts as one
 the setting that stops ranks sharing a machine from oversubscribing it (one BLAS thread
 per rank under mpiexec: parallel.launch) also gives each rank one kernel thread: no pool.
 Below `MIN_ELEMENTS` a kernel runs whole in the caller: waking a thread costs more than
-it saves.
+it saves. Measured (2 cores, loaded by other jobs): the flat AdamW update of the medium
+GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M) 0.82 →
+1.09 ms, slower, hence the threshold.
 
 Only kernels whose every output element depends on the same input elements whatever the
 split (elementwise, or row by row) go through here, so the result is bitwise the same
