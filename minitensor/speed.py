@@ -7,6 +7,8 @@ turning it off runs the plain version, with the same results (the tests run both
                        vectorised operations over flat buffers (minitensor.flat_params)
     kernel_threads     large elementwise kernels split over a small thread pool
                        (minitensor.kernel_threads)
+    single_thread_small_gemms   stacks of small matrix products (attention's heads) on
+                       one BLAS thread (kernel_threads.one_blas_thread)
 
 Turn them off for a whole run with the environment variable MINITENSOR_PLAIN (all of
 them: MINITENSOR_PLAIN=1, or some: MINITENSOR_PLAIN=flat_optimizer,kernel_threads),
@@ -18,7 +20,7 @@ or for a block of code:
 import contextlib
 import os
 
-SWITCHES = ("flat_optimizer", "kernel_threads")
+SWITCHES = ("flat_optimizer", "kernel_threads", "single_thread_small_gemms")
 
 
 def _from_environment():
