@@ -2,19 +2,30 @@
 
     python -m minitensor.bench [--steps N] [--warmup N] [--no-torch]
 
-For a small and a medium config it prints the median ms/step, tokens/s and the
+For a small and a medium config it prints the median ms/step, tokens/s, the
 share of the step spent inside matrix products (the `MatMul` and `Linear`
-Functions' forward and backward, timed by `matmul_timer`). If PyTorch is
-installed it also times the same architecture in PyTorch eager on the CPU, with
-torch's thread count set to numpy's BLAS thread count, and prints the ratio.
-torch is optional: it is imported only inside `torch_step`. The process keeps freed
-memory for reuse (`minitensor.allocator`) unless `--release-memory` is given.
+Functions' forward and backward, timed by `matmul_timer`), the model FLOPs
+utilisation and the peak memory of a step. If PyTorch is installed it also times
+the same architecture in PyTorch eager on the CPU, with torch's thread count set to
+numpy's BLAS thread count, and prints the ratio. torch is optional: it is imported
+only inside `torch_step`. The process keeps freed memory for reuse
+(`minitensor.allocator`) unless `--release-memory` is given.
+
+MFU (model FLOPs utilisation) = model FLOPs per step / step time / the GEMM rate,
+where model FLOPs = 6·N·tokens (forward 2·N, backward 4·N per token; N the parameters
+of the matrix products, i.e. all but the embedding tables) + 12·n_layer·d_model·T per
+token for attention's two products (PaLM's count), and the GEMM rate is this machine's
+float32 rate on one 1024³ product, timed in each round of the alternation (so a busy
+machine slows it alike) and printed in the header.
+
+Peak memory: the largest increase of the process's resident memory over one step
+(Linux's VmHWM, reset before the step, after handing freed memory back to the OS), the
+same measure for both libraries; "-" where /proc is not there.
 """
 import argparse
 import ctypes
-import glob
+import ctypes.util
 import math
-import os
 import statistics
 import time
 from contextlib import contextmanager
@@ -24,6 +35,7 @@ import numpy as np
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
+from minitensor.kernel_threads import blas_threads
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
@@ -35,18 +47,50 @@ CONFIGS = {
 }
 
 
-def blas_threads():
-    """Threads numpy's OpenBLAS uses (asked from the library; else the env or the core count)."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*"))
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for symbol in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
-            if hasattr(lib, symbol):
-                return int(getattr(lib, symbol)())
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var):
-            return int(os.environ[var])
-    return os.cpu_count()
+GEMM_SIZE = 1024
+
+
+def model_flops(config, batch):
+    """FLOPs of one training step: 6·N·tokens + attention's 12·n_layer·d_model·T per token."""
+    mt.manual_seed(0)
+    n = sum(p.size for name, p in GPT(config).named_parameters() if not name.endswith("_emb.weight"))
+    tokens = batch * config.block_size
+    return 6 * n * tokens + 12 * config.n_layer * config.d_model * config.block_size * tokens
+
+
+def gemm_probe():
+    """A function that times one float32 GEMM_SIZE³ product and returns its seconds."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((GEMM_SIZE, GEMM_SIZE)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(a)
+
+    def probe():
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        return time.perf_counter() - start
+
+    return probe
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+
+def peak_step_bytes(step):
+    """The largest resident-memory increase over one call of `step`, or None without /proc.
+
+    Freed memory goes back to the OS first (malloc_trim), so the step's arrays must be
+    faulted in again and count, whatever the allocator kept from earlier steps."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+        before = _status_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # reset VmHWM (the peak) to the current resident size
+        step()
+        return 1024 * (_status_kib("VmHWM") - before)
+    except (OSError, AttributeError, StopIteration):
+        return None
 
 
 @contextmanager
@@ -183,17 +227,19 @@ def torch_step(config, batch, threads):
     return step
 
 
-def time_steps(step, other, steps, warmup, rounds=4):
-    """Seconds per step of `step`, its seconds inside matmuls, and seconds per step of
-    `other` (or None).
+def time_steps(step, other, steps, warmup, rounds=4, probe=None):
+    """Seconds per step of `step`, its seconds inside matmuls, seconds per step of
+    `other` (or None), and the seconds of `probe()` called once per round (or []).
 
     The two run in alternating blocks of steps/rounds steps, each block after `warmup`
     untimed steps: a busy machine slows both alike, while within a block each library's
     thread pool is already awake (switching every step would make each wait for the
     other's spinning threads).
     """
-    times, matmul, other_times = [], [], []
+    times, matmul, other_times, probes = [], [], [], []
     for r in range(rounds):
+        if probe:
+            probes.append(probe())
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
             step()
@@ -210,7 +256,11 @@ def time_steps(step, other, steps, warmup, rounds=4):
                 start = time.perf_counter()
                 other()
                 other_times.append(time.perf_counter() - start)
-    return times, matmul, (other_times if other else None)
+    return times, matmul, (other_times if other else None), probes
+
+
+def mib(nbytes):
+    return "-" if nbytes is None else f"{nbytes / 2**20:.0f}"
 
 
 def main(argv=None):
@@ -224,23 +274,38 @@ def main(argv=None):
     args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
     threads = blas_threads()
     kept = not args.release_memory and keep_freed_memory()
+    probe = gemm_probe()
+    probe()  # the first product wakes BLAS's threads
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
           f"(minitensor and torch in alternating blocks), "
           f"freed memory {'kept (minitensor.allocator)' if kept else 'released to the OS'}")
-    print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'torch ms':>9} {'ratio':>6}")
+    rows, gemm = [], []
     for name in args.configs:
         config, batch = CONFIGS[name]
+        step = minitensor_step(config, batch)
         other = None if args.no_torch else torch_step(config, batch, threads)
-        times, matmul, torch_times = time_steps(minitensor_step(config, batch), other, args.steps, args.warmup)
+        times, matmul, torch_times, probes = time_steps(step, other, args.steps, args.warmup, probe=probe)
+        gemm += probes
+        peaks = peak_step_bytes(step), (peak_step_bytes(other) if other else None)
+        rows.append((name, config, batch, times, matmul, torch_times, peaks))
+    rate = 2 * GEMM_SIZE**3 / statistics.median(gemm)
+    print(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s (float32 {GEMM_SIZE}³, median of {len(gemm)}, one per round); "
+          f"MFU = (6·N·tokens + attention FLOPs) / step time / GEMM rate; peak = largest RSS increase in a step")
+    print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'MFU':>5} {'peak MiB':>9} "
+          f"{'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
+    for name, config, batch, times, matmul, torch_times, (peak, torch_peak) in rows:
         ms = 1e3 * statistics.median(times)
         share = statistics.median(m / t for m, t in zip(matmul, times))
         tokens = batch * config.block_size / (ms / 1e3)
+        flops = model_flops(config, batch)
         if torch_times is None:
-            tail = f"{'-':>9} {'-':>6}"
+            tail = f"{'-':>9} {'-':>6} {'-':>9} {'-':>9}"
         else:
             torch_ms = 1e3 * statistics.median(torch_times)
-            tail = f"{torch_ms:9.1f} {ms / torch_ms:5.2f}x"
-        print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {tail}")
+            tail = (f"{torch_ms:9.1f} {ms / torch_ms:5.2f}x {flops / (torch_ms / 1e3) / rate:9.0%} "
+                    f"{mib(torch_peak):>9}")
+        print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {flops / (ms / 1e3) / rate:5.0%} "
+              f"{mib(peak):>9} {tail}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@ its backward.
 Binary ops broadcast like numpy; their backward sums the gradient back to each
 input's shape in one helper, `unbroadcast`.
 """
+import contextlib
+
 import numpy as np
 
 from minitensor import dtypes
 from minitensor.autograd import Function
+from minitensor.kernel_threads import one_blas_thread
 from minitensor.tensor import Tensor
 
 
@@ -123,7 +126,8 @@ class MatMul(Function):
         self.save_for_backward(a, b)
         if b.ndim == 2:
             return dtypes.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
-        return dtypes.matmul(a, b)
+        with one_blas_thread():  # a stack of small products (attention's heads): see kernel_threads
+            return dtypes.matmul(a, b)
 
     def backward(self, grad):
         return self.backward_parts(grad, (True, True))
@@ -131,6 +135,12 @@ class MatMul(Function):
     def backward_parts(self, grad, wanted):
         """dA and/or dB as flagged in `wanted` (None for the other): a split backward asks
         for the input's now and the weight's later (minitensor.split_backward)."""
+        stacked = self.saved[1].ndim > 2  # a stack of small products (attention's heads): see kernel_threads
+        with one_blas_thread() if stacked else contextlib.nullcontext():
+            return self.gradient_products(grad, wanted)
+
+    def gradient_products(self, grad, wanted):
+        """The products of backward_parts."""
         # exercise 01.1: MatMul backward
         # hint: Y = A B gives dA = dY Bᵀ and dB = Aᵀ dY (each only if `wanted`, else None). With a 2-D b,
         # hint: reshape a and grad to 2-D first; otherwise swap the last two axes and unbroadcast each gradient.

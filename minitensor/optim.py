@@ -1,8 +1,13 @@
 """Optimizers. The update rules are plain functions on numpy arrays, updated in place,
-so a sharded optimizer (ZeRO) applies exactly the same arithmetic to its shard."""
+so a sharded optimizer (ZeRO) applies exactly the same arithmetic to its shard, and
+AdamW and SGD apply it to all their parameters of a dtype at once through flat buffers
+(minitensor.flat_params; switch: speed.disabled("flat_optimizer"))."""
 import math
 
 import numpy as np
+
+from minitensor import speed
+from minitensor.flat_params import FlatLayout
 
 
 def sgd_update(param, grad, momentum_buffer, lr, momentum, weight_decay):
@@ -47,6 +52,7 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         self.defaults = dict(defaults)
         self.state = {}
+        self._flat = {}  # dtype -> FlatLayout of the trainable parameters of that dtype
 
     def zero_grad(self):
         for p in self.params:
@@ -55,6 +61,38 @@ class Optimizer:
     def trainable(self):
         """(index, parameter) for every parameter that has a gradient this step."""
         return [(i, p) for i, p in enumerate(self.params) if p.requires_grad and p.grad is not None]
+
+    def flat_and_rest(self, new_state, state_keys):
+        """This step's parameters as ([(states, FlatLayout)], [(index, parameter)]): one flat
+        layout per dtype whose trainable parameters all have a gradient and equal step
+        counts (their states made with `new_state()` where missing), the rest (and all, with
+        the switch off) for the per-tensor loop. A layout is (re)made when it is stale."""
+        trainable = self.trainable()
+        if not speed.enabled("flat_optimizer"):
+            for layout in self._flat.values():
+                layout.release()
+            self._flat = {}
+            return [], trainable
+        by_dtype, with_grad = {}, {i for i, _ in trainable}
+        for i, p in enumerate(self.params):
+            if p.requires_grad:
+                by_dtype.setdefault(p.dtype, []).append(i)
+        flat, rest = [], []
+        for dtype, indices in by_dtype.items():
+            states = [self.state.get(i) or new_state() for i in indices]
+            counters = {tuple((k, v) for k, v in s.items() if not isinstance(v, np.ndarray)) for s in states}
+            if not with_grad.issuperset(indices) or len(counters) > 1:
+                rest += [(i, self.params[i]) for i in indices if i in with_grad]
+                continue
+            params, layout = [self.params[i] for i in indices], self._flat.get(dtype)
+            if not (layout and layout.intact(params, states, state_keys)):
+                if layout:
+                    layout.release()
+                layout = self._flat[dtype] = FlatLayout(params, states, state_keys)
+            self.state.update((i, s) for i, s in zip(indices, states) if s)  # SGD without momentum keeps none
+            layout.gather_grads()
+            flat.append((states, layout))
+        return flat, rest
 
     def state_dict(self):
         return {
@@ -83,7 +121,11 @@ class SGD(Optimizer):
 
     def step(self):
         d = self.defaults
-        for i, p in self.trainable():
+        keys = ("momentum_buffer",) if d["momentum"] else ()
+        flat, rest = self.flat_and_rest(dict, keys)
+        for _, layout in flat:
+            layout.apply(lambda p, g, buf=None: sgd_update(p, g, buf, d["lr"], d["momentum"], d["weight_decay"]))
+        for i, p in rest:
             buf = None
             if d["momentum"]:
                 buf = self.state.setdefault(i, {}).get("momentum_buffer")
@@ -98,7 +140,14 @@ class AdamW(Optimizer):
 
     def step(self):
         d = self.defaults
-        for i, p in self.trainable():
+        flat, rest = self.flat_and_rest(lambda: {"step": 0}, ("exp_avg", "exp_avg_sq"))
+        for states, layout in flat:
+            step = states[0]["step"] + 1
+            for s in states:
+                s["step"] = step
+            layout.apply(lambda p, g, m, v: adamw_update(p, g, m, v, step, d["lr"], *d["betas"], d["eps"],
+                                                         d["weight_decay"]))
+        for i, p in rest:
             s = self.state.setdefault(i, {"step": 0, "exp_avg": np.zeros_like(p.data),
                                           "exp_avg_sq": np.zeros_like(p.data)})
             s["step"] += 1

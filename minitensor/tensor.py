@@ -58,6 +58,7 @@ class Tensor:
     """
 
     __array_priority__ = 1000  # `ndarray * Tensor` defers to Tensor.__rmul__
+    _grad_slot = None  # where the first gradient of a step goes, if an optimizer's flat layout gave one
 
     def __init__(self, data, requires_grad=False):
         self.data = data if isinstance(data, np.ndarray) else _as_array(data)
@@ -140,8 +141,12 @@ class Tensor:
         autograd.run_backward(self, grad, retain_graph=retain_graph)
 
     def _accumulate_grad(self, grad):
-        """Add into `.grad` in place (the first gradient is copied: it may alias others)."""
-        if self.grad is None:
+        """Add into `.grad` in place (the first gradient is copied: it may alias others),
+        copied into the flat gradient buffer when an optimizer laid one out (flat_params)."""
+        if self.grad is None and self._grad_slot is not None:
+            self.grad = self._grad_slot
+            np.copyto(self.grad, grad)
+        elif self.grad is None:
             self.grad = np.array(grad, dtype=self.dtype, copy=True)
         else:
             self.grad += grad

@@ -35,8 +35,12 @@ def recommended_config():
     (linear warmup, cosine decay to 0); AdamW betas (0.9, 0.999), no dropout.
 
     Measured on this 2-core machine, one process, 2 BLAS threads: 1500 steps in 50 s
-    (38 s after `minitensor.allocator.keep_freed_memory()`, 25 ms/step), held-out exact
-    match 100% (1000 problems) for each of seeds 0, 1, 2, 3. Tried and rejected: 3 digits
+    (38 s with `minitensor.allocator.keep_freed_memory()`, which `python -m parallel.train`
+    now calls, 25 ms/step), held-out exact
+    match 100% (1000 problems) for each of seeds 0, 1, 2, 3. Re-measured later (with
+    --eval-every 100): 100% first at step 1200 (seed 0), 500 (seed 2), 700 (seed 3); seed 1
+    at 99.9% from step 600 to the end, the same with every speed switch off
+    (MINITENSOR_PLAIN=1), so fewer steps would lose seed 0. Tried and rejected: 3 digits
     (seed 0 reached 100% in 1500 steps, seeds 1 and 2 stayed below 15%); lr 3e-3 (seed 1
     stalled at 81%; a constant 3e-3 fell from 99% back to 72% late in training).
     """

@@ -36,11 +36,28 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     bench.main(["--steps", "2", "--warmup", "0", "--no-torch", "--release-memory", "--configs", "small"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert "BLAS threads" in lines[0] and "released to the OS" in lines[0]
-    assert lines[1].split() == ["config", "ms/step", "tokens/s", "matmul", "torch", "ms", "ratio"]
-    name, ms, tokens, share, torch_ms, ratio = lines[2].split()
+    # each GEMM probe reads the clock twice: 1 tick, so the rate is 2·1024³ FLOPs per ms
+    rate = 2 * 1024**3 / TICK
+    assert lines[1].startswith(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s")
+    assert lines[2].split() == ["config", "ms/step", "tokens/s", "matmul", "MFU", "peak", "MiB", "torch", "ms",
+                                "ratio", "torch", "MFU", "torch", "MiB"]
+    name, ms, tokens, share, mfu, peak, torch_ms, ratio, torch_mfu, torch_mib = lines[3].split()
     # A step with n timed matrix products reads the clock 2n + 2 times: 2n + 1 ticks long, n inside.
     # The small GPT has 17 products: 2 blocks × (q, k, v, attn.proj, mlp.fc, mlp.proj Linears and
     # the 2 attention matmuls) + lm_head; each runs forward and backward: n = 34, 69 ticks, 34/69.
     assert name == "small" and ms == "69.0" and share == f"{34 / 69:.0%}"
     assert float(tokens) == pytest.approx(16 * 64 / (float(ms) / 1e3), abs=0.5)  # batch 16 x block 64
-    assert (torch_ms, ratio) == ("-", "-")
+    # N = 2 blocks × (12d² + 13d) + ln_f 2d + lm_head 64·d with d = 128 (embeddings left out);
+    # tokens 16·64; attention 12·n_layer·d·T per token
+    n, tokens_per_step = 2 * (12 * 128**2 + 13 * 128) + 2 * 128 + 64 * 128, 16 * 64
+    flops = 6 * n * tokens_per_step + 12 * 2 * 128 * 64 * tokens_per_step
+    assert mfu == f"{flops / 69e-3 / rate:.0%}"
+    assert peak == "-" or int(peak) >= 0
+    assert (torch_ms, ratio, torch_mfu, torch_mib) == ("-", "-", "-", "-")
+
+
+def test_peak_step_bytes_sees_an_array_the_step_touches():
+    nbytes = 64 * 2**20
+    peak = bench.peak_step_bytes(lambda: np.ones(nbytes // 8))
+    if peak is not None:  # Linux: the 64 MiB array was resident at the peak
+        assert peak >= 0.9 * nbytes

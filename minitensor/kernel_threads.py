@@ -1,0 +1,113 @@
+"""Large elementwise kernels split over a small pool of threads.
+
+numpy releases the GIL inside a ufunc, so two threads each running a ufunc over half of
+an array use two cores; BLAS does this for matrix products, plain numpy does not. The
+pool has as many threads as numpy's BLAS uses (the caller's thread counts as one), so
+the setting that stops ranks sharing a machine from oversubscribing it (one BLAS thread
+per rank under mpiexec: parallel.launch) also gives each rank one kernel thread: no pool.
+Below `MIN_ELEMENTS` a kernel runs whole in the caller: waking a thread costs more than
+it saves. Measured (2 cores, loaded by other jobs): the flat AdamW update of the medium
+GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M) 0.82 →
+1.09 ms, slower, hence the threshold.
+
+Only kernels whose every output element depends on the same input elements whatever the
+split (elementwise, or row by row) go through here, so the result is bitwise the same
+with and without threads. Switch: speed.disabled("kernel_threads").
+"""
+import contextlib
+import ctypes
+import functools
+import glob
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from minitensor import speed
+
+MIN_ELEMENTS = 1 << 20  # 1 Mi elements (4 MiB of float32) per call, at least
+
+
+@functools.cache
+def _openblas(action):
+    """numpy's OpenBLAS function `openblas_{action}_num_threads` (any symbol spelling), or None."""
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*")):
+        lib = ctypes.CDLL(path)
+        for symbol in (f"scipy_openblas_{action}_num_threads64_", f"openblas_{action}_num_threads64_",
+                       f"openblas_{action}_num_threads"):
+            if hasattr(lib, symbol):
+                return getattr(lib, symbol)
+    return None
+
+
+def blas_threads():
+    """Threads numpy's OpenBLAS uses (asked from the library; else the env or the core count)."""
+    get = _openblas("get")
+    if get is not None:
+        return int(get())
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(var):
+            return int(os.environ[var])
+    return os.cpu_count()
+
+
+_single = {"users": 0, "threads": None, "lock": threading.Lock()}
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """Run the block's matrix products on one BLAS thread (then restore the count).
+
+    For stacks of small products (attention's per-head q kᵀ and weights·v: 64 products of
+    128×128×64 on the medium GPT) numpy calls BLAS once per matrix, and a multi-threaded
+    BLAS wakes and joins its threads for each: on a machine shared with other jobs every
+    join can wait a whole time slice. Measured on the loaded 2-core machine: one
+    (8, 8, 128, 128) @ (8, 8, 128, 64) stack 797 ms on two BLAS threads, 2.3 ms on one
+    (bitwise equal: the threads split the output, not the sums). Switch:
+    speed.disabled("single_thread_small_gemms")."""
+    set_threads = _openblas("set") if speed.enabled("single_thread_small_gemms") else None
+    if set_threads is None:
+        yield
+        return
+    with _single["lock"]:  # threads-backend ranks share the process: the first in sets, the last out restores
+        if _single["users"] == 0:
+            _single["threads"] = blas_threads()
+            set_threads(1)
+        _single["users"] += 1
+    try:
+        yield
+    finally:
+        with _single["lock"]:
+            _single["users"] -= 1
+            if _single["users"] == 0:
+                set_threads(_single["threads"])
+
+
+_pool = None  # (executor, threads) once made; (None, 1) when BLAS runs one thread
+
+
+def pool():
+    """(the shared executor or None, the number of threads a kernel is split over)."""
+    global _pool
+    if _pool is None:
+        threads = blas_threads()
+        _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1 else None,
+                 threads)
+    return _pool
+
+
+def run_split(kernel, n, min_elements=MIN_ELEMENTS):
+    """Call `kernel(lo, hi)` over [0, n): once, in this thread, when n is small (or the switch
+    is off); else over one contiguous piece per pool thread and one here, waiting for all."""
+    executor, pieces = pool()
+    if executor is None or n < min_elements or not speed.enabled("kernel_threads"):
+        kernel(0, n)
+        return
+    bounds = [n * i // pieces for i in range(pieces + 1)]
+    futures = [executor.submit(kernel, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    try:
+        kernel(bounds[0], bounds[1])
+    finally:
+        for future in futures:
+            future.result()
