@@ -97,7 +97,7 @@ def run_worker(stages, steps, warmup):
     for stage in stages:
         mt.manual_seed(0)
         gpt = GPT(GPTConfig(**dataclasses.asdict(config)))
-        model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, group), zero=stage)
+        model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, world=group), zero=stage)
         model.configure_optimizer(lr=3e-4)
         times = np.empty(steps)
         for step in range(warmup + steps):

@@ -21,7 +21,7 @@ CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=4, n_head=4, d_model=64
 
 def one_step(group, prefetch):
     mt.manual_seed(0)
-    model = parallel.HybridGPT(GPT(CONFIG), parallel.Mesh(group.size, 1, 1, group), zero=3, prefetch=prefetch)
+    model = parallel.HybridGPT(GPT(CONFIG), parallel.Mesh(group.size, 1, 1, world=group), zero=3, prefetch=prefetch)
     model.configure_optimizer()
     idx = np.random.default_rng(group.rank).integers(0, CONFIG.vocab_size, (4 * group.size, CONFIG.block_size))
     model.train_step(idx, idx)  # the first step records the order of the units; the second is shown

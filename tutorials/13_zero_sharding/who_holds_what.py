@@ -45,7 +45,7 @@ def one_device(data):
 
 def train(group, stage, data):
     """(bytes held after the last sync, dp bytes per step, parameters after the steps, model)."""
-    model = parallel.HybridGPT(fresh_gpt(), parallel.Mesh(group.size, 1, 1, group), zero=stage)
+    model = parallel.HybridGPT(fresh_gpt(), parallel.Mesh(group.size, 1, 1, world=group), zero=stage)
     model.configure_optimizer(lr=LR)
     for idx in data:
         model.reset_communication_stats()
