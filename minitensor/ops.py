@@ -124,6 +124,7 @@ class MatMul(Function):
 
     def forward(self, a, b):
         self.save_for_backward(a, b)
+        self.stacked = b.ndim > 2  # a stack of small products (attention's heads): see kernel_threads
         if b.ndim == 2:
             return dtypes.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
         with one_blas_thread():  # a stack of small products (attention's heads): see kernel_threads
@@ -135,8 +136,7 @@ class MatMul(Function):
     def backward_parts(self, grad, wanted):
         """dA and/or dB as flagged in `wanted` (None for the other): a split backward asks
         for the input's now and the weight's later (minitensor.split_backward)."""
-        stacked = self.saved[1].ndim > 2  # a stack of small products (attention's heads): see kernel_threads
-        with one_blas_thread() if stacked else contextlib.nullcontext():
+        with one_blas_thread() if self.stacked else contextlib.nullcontext():
             return self.gradient_products(grad, wanted)
 
     def gradient_products(self, grad, wanted):
