@@ -46,6 +46,25 @@ def orthogonalize(p):
     return p
 
 
+def full_rank_query(q, rng):
+    """Q's columns made orthonormal and independent, in place, before P = M·Q. A warm-started
+    Q = Mᵀ·P̂ has at most the rank of last round's M; with fewer independent columns than
+    this round's M has rank, span(P) misses part of M and even full-rank PowerSGD stops being
+    exact. Orthonormalising within span(Q) leaves span(M·Q), hence P̂·P̂ᵀ·M, unchanged; a
+    column dependent on those before it is replaced by a random one (`rng`: alike on every rank)."""
+    for i in range(q.shape[1]):
+        column, before = q[:, i], q[:, :i]
+        for _ in range(2):  # a dependent column leaves only round-off: replace it and try again
+            size = np.linalg.norm(column)
+            for _ in range(2):
+                column -= before @ (before.T @ column)
+            if np.linalg.norm(column) > 1e-8 * size:
+                break
+            column[...] = rng.standard_normal(len(column))
+        column /= np.linalg.norm(column)
+    return q
+
+
 class PowerSGD:
     """A reducer communication hook: rank-`rank` PowerSGD with error feedback, after
     `start_step` rounds of plain all-reduce (state: errors, Q per matrix, the round)."""
@@ -98,8 +117,8 @@ class PowerSGD:
         plain_request = group.all_reduce(plain_values, async_op=True) if plain else None
         ms = [corrected[where].reshape(m, k) for where, (m, k, _) in matrices]
         qs = [self.qs.get((index, j)) for j in range(len(matrices))]
-        qs = [q if q is not None else self.initial_q(index, j, k, r, corrected.dtype)
-              for j, (q, (_, (_, k, r))) in enumerate(zip(qs, matrices))]
+        qs = [full_rank_query(q.copy(), np.random.default_rng([self.seed, index, j, self.step])) if q is not None
+              else self.initial_q(index, j, k, r, corrected.dtype) for j, (q, (_, (_, k, r))) in enumerate(zip(qs, matrices))]
         ps = np.concatenate([(m @ q).reshape(-1) for m, q in zip(ms, qs)])
         p_request = group.all_reduce(ps, async_op=True)
         return PowerSGDRound(self, group, index, bucket, corrected, matrices, plain, ms,

@@ -15,9 +15,10 @@ from strategies import seeds
 import parallel
 from minitensor import nn
 from parallel import run_threads
+from parallel.comm.threads import single_rank_group
 from parallel.comm_hooks import PowerSGD, SignCompression, TopK
 from parallel.comm_hooks import make_hook as parse_hook
-from parallel.comm_hooks.powersgd import orthogonalize
+from parallel.comm_hooks.powersgd import full_rank_query, orthogonalize
 from parallel.comm_hooks.sign import pack_signs, unpack_signs
 from parallel.reducer import Bucket
 
@@ -161,6 +162,38 @@ def test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space():
     q = orthogonalize(p.copy())
     np.testing.assert_allclose(q.T @ q, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(q @ (q.T @ p), p, atol=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=seeds, dependent=st.integers(0, 3))
+def test_a_warm_start_query_of_low_rank_is_completed_without_moving_its_span(seed, dependent):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((6, 4))
+    q[:, 4 - dependent:] = q[:, :4 - dependent] @ rng.standard_normal((4 - dependent, dependent))  # rank 4 - dependent
+    m = rng.standard_normal((5, 6))
+    full = full_rank_query(q.copy(), np.random.default_rng(1))
+    np.testing.assert_allclose(full.T @ full, np.eye(4), atol=1e-12)  # orthonormal, so of rank 4
+    kept = orthogonalize(q[:, :4 - dependent].copy())  # the independent columns' span is still in it
+    np.testing.assert_allclose(full @ (full.T @ kept), kept, atol=1e-12)
+    if dependent == 0:  # nothing to complete: span(M·Q), and so PowerSGD's P̂·P̂ᵀ·M, is unchanged
+        p_hat, p_full = orthogonalize(m @ q), orthogonalize(m @ full)
+        np.testing.assert_allclose(p_full @ (p_full.T @ m), p_hat @ (p_hat.T @ m), atol=1e-12)
+
+
+def test_full_rank_powersgd_stays_exact_after_a_gradient_of_lower_rank():
+    rng = np.random.default_rng(3)
+    # m > k, so P̂ (6 × 5) must span M's columns. A gradient of exact zeros in one column block
+    # (an input feature that was 0 in that batch) gives a warm-start Q with exactly zero rows.
+    first = rng.standard_normal((6, 5))
+    first[:, 2:] = 0.0
+    grads = [first, rng.standard_normal((6, 5))]
+    hook = PowerSGD(rank=5, min_compression_rate=0)
+    p = nn.Parameter(np.zeros((6, 5)))
+    for grad in grads:  # the second round warm-starts from the first's Q, of rank 1
+        bucket = Bucket([p])
+        bucket.buffer[...] = grad.reshape(-1)
+        out = hook(single_rank_group(), 0, bucket).wait()
+        np.testing.assert_allclose(out.reshape(6, 5), grad, atol=1e-12)
 
 
 @pytest.mark.parametrize("hook_class, options", [(PowerSGD, dict(rank=1)), (TopK, dict(ratio=0.3)),
