@@ -21,8 +21,7 @@ import argparse
 import time
 
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import collect, report
-from parallel.launch import run_on_mpi_ranks
+from parallel.bench import report, run_layouts
 
 CONFIG = dict(vocab_size=64, block_size=1024, n_layer=2, n_head=4, d_model=64)
 BATCH = 2
@@ -62,11 +61,8 @@ def main(argv):
     if args.worker:
         return run_worker(*LAYOUTS[args.worker], args.steps, args.warmup)
     print(f"GPT {CONFIG}, batch {BATCH}, causal, float32, AdamW; 1 BLAS thread per rank")
-    results = []
-    for layout in args.layouts:
-        results += collect(run_on_mpi_ranks(LAYOUTS[layout][0], "parallel.bench", "cp", "--worker", layout,
-                                            "--steps", args.steps, "--warmup", args.warmup))
-    print_table(results)
+    print_table(run_layouts("cp", args.layouts, {layout: LAYOUTS[layout][0] for layout in args.layouts},
+                            args.steps, args.warmup))
     return 0
 
 
