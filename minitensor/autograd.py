@@ -59,6 +59,24 @@ class saved_tensors_hooks:
         return False
 
 
+class record_ops:
+    """Context manager: every `Function.apply` in this thread inside the block also calls
+    `callback(cls, inputs, params, node, result)` (minitensor.graph.trace builds its graph
+    from these calls). Ops run exactly as without it."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __enter__(self):
+        if getattr(_state, "tracer", None) is not None:
+            raise RuntimeError("record_ops: already recording in this thread (a trace inside a trace)")
+        _state.tracer = self.callback
+
+    def __exit__(self, *exc):
+        _state.tracer = None
+        return False
+
+
 class PackedSaved:
     """A node's saved arrays as the pack hook left them; reading one unpacks it."""
 
@@ -97,6 +115,9 @@ class Function:
         out = node.forward(*(t.data for t in inputs), **params)
         needs_grad = is_grad_enabled() and any(t.requires_grad for t in inputs)
         result = Tensor(out, requires_grad=needs_grad)
+        tracer = getattr(_state, "tracer", None)
+        if tracer is not None:  # minitensor.graph.trace is recording this thread's ops
+            tracer(cls, inputs, params, node, result)
         if needs_grad:
             node.inputs = inputs
             result._node = node

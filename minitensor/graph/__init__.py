@@ -2,9 +2,13 @@
 
 `eager`: see the graph an eager computation left behind a tensor (a table of FLOPs and
 saved bytes, Graphviz DOT). `ir`: the graph as data (nodes, shapes, costs), which tracing
-produces and which rewrites and the sharding search read.
+produces and which rewrites and the sharding search read. `trace`: capture a function's
+ops as such a graph; `graph_module`: run it (and differentiate through it).
 """
 from minitensor.graph.eager import FLOP_RULES, flops, ops_table, saved_arrays, summary, to_dot, totals
+from minitensor.graph.graph_module import GraphModule, render_png
 from minitensor.graph.ir import Graph, Node
+from minitensor.graph.trace import trace
 
-__all__ = ["FLOP_RULES", "Graph", "Node", "flops", "ops_table", "saved_arrays", "summary", "to_dot", "totals"]
+__all__ = ["FLOP_RULES", "Graph", "GraphModule", "Node", "flops", "ops_table", "render_png", "saved_arrays",
+           "summary", "to_dot", "totals", "trace"]
