@@ -1,6 +1,7 @@
 """Benchmark one GPT training step (forward, backward, AdamW) in float32.
 
     python -m minitensor.bench [--steps N] [--warmup N] [--no-torch]
+    python -m minitensor.bench --graph     (the graph rewrites' effect: minitensor.bench_graph)
 
 For a small and a medium config it prints the median ms/step, tokens/s, the
 share of the step spent inside matrix products (the `MatMul` and `Linear`
@@ -271,7 +272,12 @@ def main(argv=None):
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--release-memory", action="store_true",
                         help="leave malloc's defaults (freed memory goes back to the OS every step)")
+    parser.add_argument("--graph", action="store_true",
+                        help="nodes, bytes and step time before -> after the graph rewrites (medium GPT)")
     args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    if args.graph:
+        from minitensor.bench_graph import graph_main
+        return graph_main(args)
     threads = blas_threads()
     kept = not args.release_memory and keep_freed_memory()
     probe = gemm_probe()

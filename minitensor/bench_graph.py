@@ -1,0 +1,85 @@
+"""`python -m minitensor.bench --graph [--configs small medium]`: what the graph rewrites
+change on the benchmark's GPTs.
+
+Traces one forward + loss, rewrites it with `minitensor.graph.passes.DEFAULT_PASSES`,
+and prints before → after: nodes, FLOPs, bytes moved and saved-activation bytes (from the
+graph's node costs: each node reads its inputs and writes its output once, views move
+nothing), which ops changed, the loss difference, and the median training step time
+(forward, backward, AdamW; the two graphs in alternating blocks) with the peak memory
+of a step.
+"""
+import functools
+import statistics
+from collections import Counter
+
+import numpy as np
+
+import minitensor as mt
+from minitensor import bench, graph
+from minitensor.graph.passes import DEFAULT_PASSES, fuse_qkv
+from minitensor.models.gpt import GPT
+from minitensor.optim import AdamW
+
+
+def graph_step(config, batch, rewrite):
+    """(a training step through the traced (and maybe rewritten) graph of a fresh GPT, its
+    GraphModule, its first loss)."""
+    mt.manual_seed(0)
+    model = GPT(config)
+    idx, targets = bench.random_batch(config, batch)
+    gm = graph.trace(model.forward, idx, targets)
+    if rewrite:
+        gm = gm.transform(*DEFAULT_PASSES)
+    optimizer = AdamW(model.parameters(), lr=1e-3)
+    first_loss = gm(idx, targets)[1].item()
+
+    def step():
+        optimizer.zero_grad()
+        _, loss = gm(idx, targets)
+        loss.backward()
+        optimizer.step()
+
+    return step, gm, first_loss
+
+
+def op_changes(before, after):
+    """"Op n → m" for each op whose count the passes changed."""
+    count = [Counter(n.op for n in g.nodes if n.op not in ("input", "param", "constant")) for g in (before, after)]
+    return ", ".join(f"{op} {count[0][op]} → {count[1][op]}" for op in sorted(count[0] | count[1])
+                     if count[0][op] != count[1][op])
+
+
+def graph_main(args):
+    kept = not args.release_memory and bench.keep_freed_memory()
+    for name in args.configs:
+        compare(name, args, kept)
+
+
+def compare(name, args, kept):
+    """Print the before → after table, the ops changed, the losses and the step times."""
+    config, batch = bench.CONFIGS[name]
+    before_step, before, loss = graph_step(config, batch, rewrite=False)
+    after_step, after, loss_after = graph_step(config, batch, rewrite=True)
+    print(f"graph rewrites on the {name} GPT (batch {batch}, T {config.block_size}, float32), passes: "
+          f"{', '.join(p.__name__ for p in DEFAULT_PASSES)}")
+    print(f"{'':<20} {'before':>14} {'after':>14} {'ratio':>7}")
+    totals = before.graph.totals(), after.graph.totals()
+    for key, label in (("nodes", "nodes"), ("flops", "FLOPs"), ("bytes_moved", "bytes moved"),
+                       ("saved_bytes", "saved bytes")):
+        print(f"{label:<20} {totals[0][key]:>14,} {totals[1][key]:>14,} {totals[1][key] / totals[0][key]:6.3f}x")
+    print(f"ops changed: {op_changes(before.graph, after.graph)}")
+    if "Concat" not in {n.op for n in after.graph.nodes}:
+        forced = before.transform(functools.partial(fuse_qkv, only_if_fewer_bytes=False)).graph.totals()
+        print(f"fuse_qkv not applied: at {batch * config.block_size} tokens ≤ 3·d_model = {3 * config.d_model} "
+              f"it would move {forced['bytes_moved'] - totals[0]['bytes_moved']:+,} bytes (copying the weights "
+              f"costs more than reading x once instead of three times)")
+    print(f"loss before {loss:.7f} after {loss_after:.7f} (|difference| {abs(loss - loss_after):.1e})")
+    times, _, times_after, _ = bench.time_steps(before_step, after_step, args.steps, args.warmup)
+    ms = [1e3 * statistics.median(t) for t in (times, times_after)]
+    peaks = [bench.peak_step_bytes(s) for s in (before_step, after_step)]
+    print(f"step time (median of {args.steps}, alternating blocks; freed memory "
+          f"{'kept' if kept else 'released'}): before {ms[0]:.1f} ms, after {ms[1]:.1f} ms, "
+          f"ratio {ms[1] / ms[0]:.3f}x; peak step memory before {bench.mib(peaks[0])} MiB, "
+          f"after {bench.mib(peaks[1])} MiB")
+    spread = [np.subtract(*np.percentile(t, [75, 25])) * 1e3 for t in (times, times_after)]
+    print(f"run-to-run spread (interquartile range): before {spread[0]:.1f} ms, after {spread[1]:.1f} ms\n")
