@@ -100,10 +100,11 @@ class Graph:
                 "saved_bytes": sum(n.saved_bytes for n in ops)}
 
     def table(self):
-        """One line per node (name, op, inputs, output shape, FLOPs, bytes moved, saved
+        """One line per node (name, op, inputs (and attr=input), output shape, FLOPs, bytes moved, saved
         bytes) and a line of totals, as text."""
         header = ("name", "op", "inputs", "shape", "FLOPs", "bytes moved", "saved bytes")
-        rows = [(n.name, n.op, ", ".join(n.inputs), str(n.shape), f"{n.flops:,}",
+        rows = [(n.name, n.op, ", ".join(n.inputs + tuple(f"{k}={v}" for k, v in n.attr_inputs)), str(n.shape),
+                 f"{n.flops:,}",
                  f"{n.bytes_read + n.bytes_written:,}", f"{n.saved_bytes:,}") for n in self.nodes]
         t = self.totals()
         footer = ("total", f"{t['nodes']} ops", "", "", f"{t['flops']:,}", f"{t['bytes_moved']:,}",
@@ -118,7 +119,8 @@ class Graph:
 
     def to_dot(self):
         """Graphviz DOT text: a box per op (op, output shape, FLOPs), an ellipse per input,
-        parameter (filled) or constant, an edge from each value to the ops that read it."""
+        parameter (filled) or constant, an edge from each value to the ops that read it (dashed
+        where an op reads an input as a keyword attribute, as Embedding reads idx)."""
         style = {"input": "shape=ellipse", "param": "shape=ellipse, style=filled, fillcolor=lightblue",
                  "constant": "shape=ellipse, style=dashed"}
         ids = {n.name: f"n{i}" for i, n in enumerate(self.nodes)}
@@ -129,6 +131,7 @@ class Graph:
             else:
                 lines.append(f'  {ids[n.name]} [shape=box, label="{n.op}\\n{n.shape}\\n{n.flops:,} FLOPs"];')
             lines.extend(f"  {ids[i]} -> {ids[n.name]};" for i in n.inputs)
+            lines.extend(f'  {ids[i]} -> {ids[n.name]} [style=dashed, label="{k}"];' for k, i in n.attr_inputs)
         lines.extend(f'  {ids[o]} -> out{k}; out{k} [shape=plaintext, label="output {k}"];'
                      for k, o in enumerate(self.outputs))
         return "digraph minitensor {\n  rankdir=LR;\n" + "\n".join(lines) + "\n}\n"

@@ -134,17 +134,23 @@ def test_qkv_fusion_by_default_only_where_fewer_bytes_move():
 
 
 @settings(max_examples=10, deadline=None)
-@given(seed=seeds, m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4), as_add=st.booleans())
-def test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel(seed, m, k, n, as_add):
+@given(seed=seeds, m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4),
+       form=st.sampled_from(["linear", "add", "add_after_exp"]))
+def test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel(seed, m, k, n, form):
     rng = np.random.default_rng(seed)
     x, w, b = leaf(rng, (2, m, k)), leaf(rng, (n, k)), leaf(rng, (n,))
 
     def fn(x):
-        return F.gelu(x @ w.T + b if as_add else F.linear(x, w, b))
+        if form == "linear":
+            return F.gelu(F.linear(x, w, b))
+        y = x @ w.T
+        return F.gelu((y.exp() if form == "add_after_exp" else y) + b)
 
     gm = graph.trace(fn, x, params={"w": w, "b": b})
     fused = gm.transform(passes.fuse_bias_gelu)
     assert "Gelu" in ops(gm) and ops(fused)[-1] == "BiasGelu" and "Gelu" not in ops(fused)
+    # in place only into a product's new output: Exp keeps its output for its backward
+    assert fused.graph.of_op("BiasGelu")[0].attrs["inplace"] == (form != "add_after_exp")
     assert "Add" not in ops(fused) and all(len(n.inputs) == 2 for n in fused.graph.of_op("Linear"))
     assert fused.graph.totals()["bytes_moved"] < gm.graph.totals()["bytes_moved"]
     assert fused.graph.totals()["flops"] == gm.graph.totals()["flops"]

@@ -7,6 +7,8 @@ an Add writing a new array that Gelu reads again); after, the add happens inside
 GELU kernel as it reads y (Megatron-LM's bias_gelu fusion, with the Linear told to skip
 its bias).
 """
+import numpy as np
+
 from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes
 from minitensor.ops import unbroadcast
 from minitensor.unary_ops import Gelu
@@ -20,13 +22,25 @@ class BiasGelu(Gelu):
     db = Σ_leading dy_in.
     """
 
-    def forward(self, y, bias):
+    def forward(self, y, bias, inplace=False):
         self.bias_shape = bias.shape
-        return super().forward(y + bias)  # z, kept by Gelu for backward
+        # z = y + b, kept by Gelu for backward. In place when the pass found y to be a new
+        # array no other node reads (as Linear adds its bias into its own GEMM output):
+        # a second array of y's size would stay alive until backward.
+        return super().forward(np.add(y, bias, out=y) if inplace else y + bias)
 
     def backward(self, grad):
+        # exercise 17.2: bias + GELU backward
+        # hint: z = y + b, so dy = gelu'(z)·grad (Gelu's backward: super().backward) and db is that
+        # hint: summed back to the bias's shape (unbroadcast); return both.
         dz = super().backward(grad)
         return dz, unbroadcast(dz, self.bias_shape)
+        # end exercise
+
+
+# Ops whose output is a new array that they do not keep for their own backward (Exp,
+# Tanh, Softmax keep theirs): BiasGelu may add into it when it is its only reader.
+FRESH_OUTPUT_OPS = ("Linear", "MatMul")
 
 
 def _is_last_axis_bias(bias, y):
@@ -34,20 +48,21 @@ def _is_last_axis_bias(bias, y):
 
 
 def _split_bias(node, by_name, counts, taken):
-    """(new nodes, y, bias, FLOPs absorbed) if `node` (a Gelu's input, read only by it) is a Linear with a
-    bias (then y is that Linear without it, a new node) or an Add of a last-axis bias."""
+    """(new nodes, y, bias, FLOPs absorbed, whether BiasGelu may add into y in place) if
+    `node` (a Gelu's input, read only by it) is a Linear with a bias (then y is that Linear
+    without it, a new node) or an Add of a last-axis bias."""
     if counts[node.name] != 1:
         return None
     if node.op == "Linear" and len(node.inputs) == 3:
         bias, out = by_name[node.inputs[2]], nbytes(node)  # no bias: its read, and the pass over y, go
         y = node.evolve(name=fresh_name(taken, "linear"), inputs=node.inputs[:2],
                         bytes_read=node.bytes_read - nbytes(bias) - out, bytes_written=node.bytes_written - out)
-        return [y], y, bias, 0  # (a Linear's bias add is not in its FLOPs)
+        return [y], y, bias, 0, True  # (a Linear's bias add is not in its FLOPs)
     if node.op == "Add":
         a, b = (by_name[i] for i in node.inputs)
         for y, bias in ((a, b), (b, a)):
             if _is_last_axis_bias(bias, y) and y.shape == node.shape:
-                return [], y, bias, node.flops
+                return [], y, bias, node.flops, y.op in FRESH_OUTPUT_OPS and counts[y.name] == 1
     return None
 
 
@@ -59,9 +74,10 @@ def fuse_bias_gelu(graph):
         found = _split_bias(by_name[gelu.inputs[0]], by_name, counts, taken)
         if found is None:
             continue
-        new_nodes, y, bias, add_flops = found
+        new_nodes, y, bias, add_flops, inplace = found
         fused = gelu.evolve(name=fresh_name(taken, "biasgelu"), op="BiasGelu", inputs=(y.name, bias.name),
-                            flops=gelu.flops + add_flops, bytes_read=nbytes(y) + nbytes(bias))
+                            attrs={"inplace": inplace}, flops=gelu.flops + add_flops,
+                            bytes_read=nbytes(y) + nbytes(bias))
         replaced[gelu.name] = [*new_nodes, fused]
         renames[gelu.name] = fused.name
     nodes = [m for n in graph.nodes for m in (n, *replaced.get(n.name, ()))]
