@@ -59,6 +59,10 @@ class Graph:
     def _by_name(self):
         return {n.name: n for n in self.nodes}
 
+    def edges(self):
+        """(source, destination) for every value an op reads, attributes read from inputs included."""
+        return [(i, n.name) for n in self.nodes for i in (*n.inputs, *(v for _, v in n.attr_inputs))]
+
     def user_counts(self):
         """{name: how many times it is read} (an output counts as one read)."""
         counts = {n.name: 0 for n in self.nodes}

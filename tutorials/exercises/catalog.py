@@ -87,3 +87,12 @@ TESTS.update({
     "16.4": [f"{DISTILL}::test_the_loss_is_the_formula",
              f"{DISTILL}::test_limits_alpha_one_is_the_cross_entropy_and_a_perfect_student_has_no_soft_loss"],
 })
+
+# --- chapter 17: operator graphs (capture, rewrites, fusion) ---
+GRAPH_PASSES = "tests/minitensor/test_graph_passes.py"
+TESTS.update({
+    "17.1": [f"{GRAPH_PASSES}::test_common_subexpression_elimination_computes_a_repeat_once",
+             f"{GRAPH_PASSES}::test_all_passes_on_a_gpt_keep_its_loss_and_gradients"],
+    "17.2": [f"{GRAPH_PASSES}::test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel",
+             f"{GRAPH_PASSES}::test_all_passes_on_a_gpt_keep_its_loss_and_gradients"],
+})
