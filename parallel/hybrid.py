@@ -25,7 +25,12 @@ Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute i
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
 see the float32 master weights; the loss is scaled on the last stage; the found-inf
 flag is MAX-all-reduced over tp, pp and dp × cp, so every rank skips the same steps.
-(Not yet with ZeRO-2/3, whose sharded buckets would have to hold the masters.)
+Under ZeRO-2/3 the masters exist only as the shards: each flat bucket keeps this rank's
+chunk of the float32 masters (`param_shard`, which ZeroOptimizer steps beside its float32
+moments) and of their float32 gradient (`grad_shard`); ZeRO-3 gathers a 16-bit copy of
+the chunk (`compute_shard`), ZeRO-2 all-gathers the rounded chunks into the 16-bit
+parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp) under
+ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments).
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
@@ -47,7 +52,7 @@ from minitensor.optim import AdamW
 from .comm.gather import gather_named_arrays
 from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
-from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes
+from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes, masters_gathered, shard_masters
 from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
@@ -105,9 +110,6 @@ class HybridGPT(ParallelModel):
         if self.zero != 1:
             broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
         policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
-        if policy.mixed and self.zero > 1:
-            raise ValueError(f"precision {policy.name} with zero={self.zero}: ZeRO-2/3's sharded buckets hold the "
-                             "compute parameters, not float32 masters; use zero=1 or precision fp32")
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
                                   **(scaler or {}))
         if self.zero == 0:
@@ -123,12 +125,21 @@ class HybridGPT(ParallelModel):
 
     def shard_units(self, prefetch):
         """ZeRO-2/3: one reduce-scatter bucket per unit of each stage (FSDP's units serve both
-        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters."""
+        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters.
+        Under a mixed policy the buckets keep the float32 masters' chunks (the amp hands them over)."""
         units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
                  for stage in self.stages]
         units = [[(name, params) for name, params in chunk if params] for chunk in units]
+        # The gradients are reduce-scattered in the masters' dtype (float32 under a mixed policy):
+        # a 16-bit sum over n ranks would round n - 1 times and could overflow float16 under loss
+        # scaling, and the kept chunk is exactly the float32 master's gradient the optimizer needs.
         self.dp_reducer = ShardedReducer([], self.mesh.dp_cp_group,
-                                         param_lists=[params for chunk in units for _, params in chunk][::-1])
+                                         param_lists=[params for chunk in units for _, params in chunk][::-1],
+                                         dtype=self.amp.policy.master_dtype)
+        if self.amp.mixed:
+            shard_masters(self.dp_reducer.buckets, {id(p): m for p, m in zip(self.amp.params, self.amp.masters)},
+                          self.mesh.dp_cp_group)
+            self.amp.hand_over_masters(lambda: [bucket.grad_shard for bucket in self.dp_reducer.buckets])
         if self.zero == 2:
             return
         buckets = self.dp_reducer.buckets[::-1]
@@ -143,11 +154,14 @@ class HybridGPT(ParallelModel):
 
     @contextlib.contextmanager
     def full_parameters(self, writeback=False):
-        """ZeRO-3: every parameter gathered for the block (written back to the shards after, if
-        writeback); otherwise nothing to do."""
+        """ZeRO-3, and ZeRO-2 under a mixed policy: every parameter gathered from the shards for
+        the block (the float32 masters under a mixed policy; written back to the shards after,
+        if writeback); otherwise nothing to do."""
         with contextlib.ExitStack() as stack:
             for sharding in self.shardings:
                 stack.enter_context(sharding.full_parameters(writeback))
+            if self.zero == 2 and self.amp.mixed:
+                stack.enter_context(masters_gathered(self.dp_reducer.buckets, self.mesh.dp_cp_group, writeback))
             yield
 
     def layout(self):
@@ -249,17 +263,23 @@ class HybridGPT(ParallelModel):
     def finish_grad_sync(self):
         """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
         batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
-        the optimizer under ZeRO-1). Idempotent; every rank must call it alike."""
+        the optimizer under ZeRO-1; under ZeRO-2/3 the mean over batches is taken on the
+        reduced chunks, in their float32). Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
         for stage in self.stages:
             stage.finish_grad_sync()
         self.tied.finish()
-        self.amp.grads_to_master(divisor=self.accumulated)
-        for sharding in self.shardings:
-            sharding.finish()
-        if self.dp_reducer is not None and self.outer is None:
+        if self.zero > 1:
+            for sharding in self.shardings:
+                sharding.finish()
             self.dp_reducer.finish()
+            for bucket in self.dp_reducer.buckets:
+                bucket.grad_shard /= self.accumulated
+        else:
+            self.amp.grads_to_master(divisor=self.accumulated)
+            if self.dp_reducer is not None and self.outer is None:
+                self.dp_reducer.finish()
         self.synced = True
 
     def optimizer_step(self):
@@ -346,13 +366,17 @@ class HybridGPT(ParallelModel):
         """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
         placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
         ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
-        policy the float32 masters count as optimizer state and their gradients as gradients."""
-        params, masters = self.parameters(), self.amp.masters if self.amp.mixed else []
-        buckets = self.dp_reducer.buckets if self.zero > 1 else []
+        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
+        their gradients as gradients."""
+        params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
+        masters = self.amp.masters if self.amp.mixed and not buckets else []
+        master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
+                         b.compute_shard]
         grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
-        return {"params": held_bytes([p.data for p in params] + [b.param_shard for b in buckets if self.zero == 3]),
+        return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
                 "grads": held_bytes(grads),
-                "optim": (self.optimizer.state_bytes() if self.optimizer else 0) + held_bytes([m.data for m in masters]),
+                "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
+                + held_bytes([m.data for m in masters] + master_shards),
                 "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
 
     def reset_memory_peak(self):

@@ -195,9 +195,6 @@ def check_args(args, world_size):
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
     precision_policy(args.precision)  # bf16 without the ml_dtypes package: how to install it
-    if args.precision in ("fp16", "bf16") and args.zero > 1:
-        raise ValueError(f"--precision {args.precision} with --zero {args.zero}: ZeRO-2/3's sharded buckets hold the "
-                         f"compute parameters, not float32 masters; use --zero 1 or leave out --precision")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:

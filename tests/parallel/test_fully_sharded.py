@@ -139,3 +139,16 @@ def test_stage_3_keeps_one_nth_of_the_parameters_and_nan_placeholders_between_st
 def test_bad_arguments_are_clear_errors(stage, units, message):
     with pytest.raises(ValueError, match=message):
         FullyShardedDataParallel(Branchy(), parallel.world(), stage=stage, units=units)
+
+
+@pytest.mark.parametrize("numel, n", [(2, 7), (5, 4), (12, 4), (1, 1)])
+def test_every_rank_gets_a_full_chunk_of_the_padded_values_however_small_the_unit(numel, n):
+    # 2 elements over 7 ranks: chunks of 1, ranks 2..6 hold padding only (a buffer of numel +
+    # shard_size elements gave rank 6 an empty chunk, and AdamW a shape mismatch)
+    from parallel.reducer import Bucket, padded_length, values_chunk
+    bucket = Bucket([nn.Parameter(np.arange(1.0, numel + 1))], length=padded_length(numel, n))
+    bucket.shard_size = bucket.buffer.size // n
+    chunks = [values_chunk(bucket, rank) for rank in range(n)]
+    assert all(chunk.shape == (bucket.shard_size,) for chunk in chunks)
+    np.testing.assert_array_equal(np.concatenate(chunks)[:numel], np.arange(1.0, numel + 1))
+    assert not np.concatenate(chunks)[numel:].any()
