@@ -17,9 +17,14 @@ and the fourth axis, context parallelism over cp.
 
 ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
 token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
-unit is all-gathered for each micro-batch's forward and backward and freed after. Its
-gradients are reduce-scattered once per step, after the schedule, where the dp mean
-of every other layout happens too.
+unit is all-gathered for each micro-batch's forward and backward and freed after.
+Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking) inside backward, as soon
+as every one of its parameters has accumulated its last micro-batch's gradient
+(`on_grad_ready`), so it travels while backward computes the units before it; the
+reduce-scatters are finished, and the full gradients gone, at the end of each global
+batch. A unit whose gradient still needs a sum over tp (sequence parallelism's partial
+LayerNorm gradients) or over the pipeline ends (a tied embedding) starts only after
+that sum, after the schedule, and so do the units after it (buckets start in order).
 
 Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
@@ -140,6 +145,7 @@ class HybridGPT(ParallelModel):
             shard_masters(self.dp_reducer.buckets, {id(p): m for p, m in zip(self.amp.params, self.amp.masters)},
                           self.mesh.dp_cp_group)
             self.amp.hand_over_masters(lambda: [bucket.grad_shard for bucket in self.dp_reducer.buckets])
+        self.watch_gradients()
         if self.zero == 2:
             return
         buckets = self.dp_reducer.buckets[::-1]
@@ -151,6 +157,46 @@ class HybridGPT(ParallelModel):
                 fully_shard(modules[unit.name], sharding, unit)
             fully_shard(stage, sharding)
             self.shardings.append(sharding)
+
+    def watch_gradients(self):
+        """ZeRO-2/3: a hook on every bucketed parameter counts its gradients in this global
+        batch's backward; `waits_for_sums[i]`: bucket i holds a parameter whose gradient is
+        still summed over tp or the pipeline ends after the schedule."""
+        tied = {id(p) for p in self.tied.copies} if self.tied.group is not None else set()
+        self.waits_for_sums = [any(getattr(p, "tp_partial_grad", False) or id(p) in tied for p in bucket.params)
+                               for bucket in self.dp_reducer.buckets]
+        self.accumulated_grads = {}  # id(parameter) -> gradients accumulated in this global batch
+        for bucket in self.dp_reducer.buckets:
+            for p in bucket.params:
+                p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def on_grad_ready(self, p):
+        """A parameter's backward of one micro-batch has accumulated into .grad; after its m-th
+        (the last micro-batch's) the parameter's gradient is final. Start the reduce-scatter of
+        each next bucket, in index order, while all its parameters are final."""
+        count = self.accumulated_grads[id(p)] = self.accumulated_grads.get(id(p), 0) + 1
+        if count > self.microbatches:
+            raise RuntimeError(f"a parameter of shape {p.shape} got {count} gradients from {self.microbatches} "
+                               "micro-batches: its unit's reduce-scatter has already freed them")
+        reducer = self.dp_reducer
+        while reducer.started < len(reducer.buckets) and self.bucket_final(reducer.started):
+            reducer.start_next()
+
+    def bucket_final(self, index):
+        return not self.waits_for_sums[index] and all(
+            self.accumulated_grads.get(id(p), 0) == self.microbatches for p in self.dp_reducer.buckets[index].params)
+
+    def reduce_scatter_batch(self):
+        """ZeRO-2/3, after each global batch's schedule: the tp and tied sums of the gradients
+        still whole, every backward gather still due, then every reduce-scatter started (those
+        backward did not start) and finished: the chunks grow, the full gradients are gone."""
+        for stage in self.stages:
+            stage.finish_grad_sync()
+        self.tied.finish()
+        for sharding in self.shardings:
+            sharding.finish()
+        self.dp_reducer.finish()
+        self.accumulated_grads = {}
 
     @contextlib.contextmanager
     def full_parameters(self, writeback=False):
@@ -256,6 +302,8 @@ class HybridGPT(ParallelModel):
         idx, targets = self.local_batch(idx, targets)
         self.pipeline.loss_scale = self.amp.scaler.scale
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
+        if self.zero > 1:
+            self.reduce_scatter_batch()
         self.accumulated += 1
         group = self.mesh.dp_cp_group
         return float(group.all_reduce(np.array([loss]))[0]) / group.size
@@ -263,20 +311,18 @@ class HybridGPT(ParallelModel):
     def finish_grad_sync(self):
         """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
         batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
-        the optimizer under ZeRO-1; under ZeRO-2/3 the mean over batches is taken on the
-        reduced chunks, in their float32). Idempotent; every rank must call it alike."""
+        the optimizer under ZeRO-1). Under ZeRO-2/3 the sums and reduce-scatters ran after each
+        batch (reduce_scatter_batch): only the mean over the batches is left, taken on the
+        chunks. Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
-        for stage in self.stages:
-            stage.finish_grad_sync()
-        self.tied.finish()
-        if self.zero > 1:
-            for sharding in self.shardings:
-                sharding.finish()
-            self.dp_reducer.finish()
+        if self.zero > 1:  # each batch's reduce-scatter is done (reduce_scatter_batch): the mean of the chunks
             for bucket in self.dp_reducer.buckets:
                 bucket.grad_shard /= self.accumulated
         else:
+            for stage in self.stages:
+                stage.finish_grad_sync()
+            self.tied.finish()
             self.amp.grads_to_master(divisor=self.accumulated)
             if self.dp_reducer is not None and self.outer is None:
                 self.dp_reducer.finish()

@@ -111,11 +111,15 @@ class Reducer:
         """How many buckets have their all-reduce started this round."""
         return len(self.requests)
 
+    def note_start(self):
+        """Open the next bucket's span (a new round's first clears the last round's)."""
+        if self.started == 0:
+            self.spans = []
+        self.spans.append([self.started, time.perf_counter(), None])
+
     def start_next(self):
         index = self.started
-        if index == 0:
-            self.spans = []
-        self.spans.append([index, time.perf_counter(), None])
+        self.note_start()
         bucket = self.buckets[index]
         bucket.pack()
         self.requests.append(self.comm_hook(self.group, index, bucket))
@@ -179,6 +183,7 @@ class ShardedReducer(Reducer):
             bucket.buffer = None  # a flat buffer exists only while its reduce-scatter is in flight
 
     def start_next(self):
+        self.note_start()
         # exercise 13.1: the stage-2 reduce-scatter of a bucket
         # hint: give the bucket a fresh zero buffer of n·shard_size elements, pack it, start its reduce-scatter
         # hint: (async_op=True), then free every parameter's .grad: only the packed copy is left.
@@ -194,8 +199,9 @@ class ShardedReducer(Reducer):
         and drop the flat buffers."""
         while self.started < len(self.buckets):
             self.start_next()
-        for bucket, request in zip(self.buckets, self.requests):
+        for bucket, request, span in zip(self.buckets, self.requests, self.spans):
             bucket.grad_shard += request.wait() / self.divisor
+            span[2] = time.perf_counter()
             bucket.buffer = None
         self.requests = []
 
