@@ -45,6 +45,7 @@ refreshed by each step), stage 2 all-gathers the rounded chunks into the 16-bit
 parameters. `full_parameters()` (and `masters_gathered` for stage 2) gather the masters.
 """
 import contextlib
+import functools
 import time
 
 import numpy as np
@@ -177,8 +178,9 @@ class Sharding:
         self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
         self.prefetch = prefetch
         by_name = {unit.name: unit for unit in self.units}
-        # the last pass's order of uses, which the forward prefetch follows
+        # the last pass's order of uses, which the forward prefetch follows, and of its backward gathers
         self.forward_order = [by_name[name] for name in first_order or names]
+        self.backward_order = self.forward_order[::-1]
         self.passes, self.current, self.running = [], None, []
         self.prefetched = {}  # unit -> its forward gather issued ahead
         self.events, self.t0 = [], time.perf_counter()  # the last step's (kind, unit, start, end)
@@ -205,6 +207,8 @@ class Sharding:
             if finished.started:
                 self.forward_order = finished.started
             finished.close()
+            if finished.gathers:
+                self.backward_order = [use.unit for use in finished.gathers]
             self.last_pass = finished if is_grad_enabled() and finished.gathers else None
             if self.last_pass:
                 self.passes.append(finished)
@@ -350,10 +354,13 @@ class Sharding:
                 unit.free()
 
     def schedule(self):
-        """The all-gathers of one step as data: [(phase, unit name)] in issue order, for a pass
-        that uses every unit once in order (prefetch only moves when each is issued)."""
-        names = [unit.name for unit in self.forward_order]
-        return [("forward", n) for n in names] + [("backward", n) for n in reversed(names)]
+        """The all-gathers of one pass as data: [(phase, unit name)] in issue order, as the last
+        pass ran (before any: every unit once in order); prefetch only moves when each is
+        issued. A unit used twice appears twice; backward gathers the uses in the reverse
+        order they finished (a use inside another, BERT's tied embedding inside its head,
+        finishes first)."""
+        return ([("forward", unit.name) for unit in self.forward_order]
+                + [("backward", unit.name) for unit in self.backward_order])
 
 
 def gathers_due(needed, issued, position, prefetch):
@@ -410,10 +417,14 @@ def check_gathers(needed_by_rank, prefetch):
     return sequences
 
 
-def fully_shard(module, sharding, unit=None):
+def fully_shard(module, sharding, unit=None, reads=()):
     """Run `module`'s forward as one use of `unit` (in place, as FSDP2's fully_shard: names and
-    attributes stay); without a unit, as one forward pass of `sharding`."""
+    attributes stay); without a unit, as one forward pass of `sharding`. `reads`: other units
+    whose parameters the forward reads (a tied weight passed in, as BERT's MLM head reads the
+    token embedding's): each gathered around it too, one more use of that unit in the pass."""
     forward = module.forward
+    for other in reads:
+        forward = functools.partial(sharding.run_unit, other, forward)
 
     def sharded_forward(*args, **kwargs):
         if unit is None:

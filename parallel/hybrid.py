@@ -17,8 +17,9 @@ and the fourth axis, context parallelism over cp.
 
 ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
 token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
-unit is all-gathered for each micro-batch's forward and backward and freed after.
-Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking) inside backward, as soon
+unit is all-gathered for each micro-batch's forward and backward and freed after (a
+BERT's MLM head, which reads the tied token embedding's weight, gathers that unit too:
+the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking) inside backward, as soon
 as every one of its parameters has accumulated its last micro-batch's gradient
 (`on_grad_ready`), so it travels while backward computes the units before it; the
 reduce-scatters are finished, and the full gradients gone, at the end of each global
@@ -95,10 +96,6 @@ class HybridGPT(ParallelModel):
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
-        if int(zero) == 3 and ties:
-            raise ValueError(f"zero=3 with a {type(gpt).__name__}, whose head reads the token embedding's weight "
-                             "outside the embedding's forward: ZeRO-3 gathers a unit only around its own forward; "
-                             "use zero=2")
         self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
@@ -152,9 +149,10 @@ class HybridGPT(ParallelModel):
         for stage, chunk in zip(self.stages, units):
             mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
             sharding = Sharding([name for name, _ in chunk], mine, self.mesh.dp_cp_group, prefetch)
-            modules = dict(stage_units(stage))
-            for unit in sharding.units:
-                fully_shard(modules[unit.name], sharding, unit)
+            modules, by_name = dict(stage_units(stage)), {unit.name: unit for unit in sharding.units}
+            for unit in sharding.units:  # a unit reading a tied unit's weight (BERT's head) gathers it too
+                reads = [by_name[name] for name in stage.tied_reads.get(unit.name, ()) if name in by_name]
+                fully_shard(modules[unit.name], sharding, unit, reads)
             fully_shard(stage, sharding)
             self.shardings.append(sharding)
 

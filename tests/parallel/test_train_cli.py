@@ -131,7 +131,6 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     (["--data", "/no/such/file.txt"], "--data /no/such/file.txt: No such file or directory"),
     (["--model", "bert", "--data", "x.txt"], "--model bert trains on the masked addition task"),
     (["--model", "bert", "--threads", "2", "--cp", "2"], "--cp 2 with --model bert: a BERT's segment"),
-    (["--model", "bert", "--threads", "2", "--dp", "2", "--zero", "3"], "--zero 3 with --model bert: the MLM head"),
 ])
 def test_bad_flags_are_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
