@@ -176,9 +176,13 @@ class HybridGPT(ParallelModel):
         if count > self.microbatches:
             raise RuntimeError(f"a parameter of shape {p.shape} got {count} gradients from {self.microbatches} "
                                "micro-batches: its unit's reduce-scatter has already freed them")
+        # exercise 13.3: a unit's reduce-scatter starts in backward, once its gradients are final
+        # hint: while the next bucket not yet started (self.dp_reducer.started) is final (self.bucket_final),
+        # hint: start it (self.dp_reducer.start_next()): in index order, so every rank issues the same sequence.
         reducer = self.dp_reducer
         while reducer.started < len(reducer.buckets) and self.bucket_final(reducer.started):
             reducer.start_next()
+        # end exercise
 
     def bucket_final(self, index):
         return not self.waits_for_sums[index] and all(
