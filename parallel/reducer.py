@@ -63,7 +63,7 @@ class Bucket:
         # exercise 04.1: pack and unpack a bucket
         # hint: write buffer[where] / divisor back into each p.grad, in place when p.grad exists (np.divide's out=).
         for p, where in zip(self.params, self.slices):
-            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
+            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad).astype(p.dtype, copy=False)
         # end exercise
 
     def pack_values(self):
@@ -89,15 +89,16 @@ def allreduce_hook(group, index, bucket):
 
 class Reducer:
     """Sum the gradients of `params` over `group`, bucket by bucket, and divide by `divisor`
-    (group.size: the mean, as data parallelism needs; 1: the plain sum).
+    (group.size: the mean, as data parallelism needs; 1: the plain sum), in `dtype` (default
+    the parameters'; a 16-bit model's gradients summed in float32, the mean rounded once).
 
     Buckets start in index order (`start_next`), so every rank issues the same collectives
     in the same order; `finish()` starts the rest, waits for all and unpacks."""
 
-    def __init__(self, params, group, bucket_mb=25, divisor=None):
+    def __init__(self, params, group, bucket_mb=25, divisor=None, dtype=None):
         self.group = group
         self.divisor = group.size if divisor is None else divisor
-        self.buckets = [Bucket(ps) for ps in assign_buckets(params, bucket_mb * MIB)]
+        self.buckets = [Bucket(ps, dtype=dtype) for ps in assign_buckets(params, bucket_mb * MIB)]
         self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
         self.comm_hook = allreduce_hook
         self.spans = []  # the last round's [bucket index, start, end] in time.perf_counter seconds
