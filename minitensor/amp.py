@@ -192,7 +192,18 @@ class MixedPrecision:
                 p.data, p.grad = p.data.astype(policy.compute_dtype), None
         else:
             self.masters = self.params
+        self.sharded_grads = None  # set by hand_over_masters: the masters live in flat shards elsewhere
         self.skipped = 0  # steps skipped for an inf/nan gradient
+
+    def hand_over_masters(self, sharded_grads):
+        """ZeRO-2/3 (parallel.fully_sharded): each rank now keeps 1/n of the float32 masters as
+        flat chunks, which the sharded optimizer steps and rounds into the compute copies;
+        the whole masters go. The parameters themselves stand for the masters by name (a
+        gather fills their .data with the masters' values); `sharded_grads()` returns the
+        masters' gradient chunks the scaler unscales; grads_to_master, masters_to_params
+        and params_hold_masters leave the parameters alone (the sharded reducer, the
+        optimizer and the gather do their work)."""
+        self.masters, self.sharded_grads = self.params, sharded_grads
 
     def backward(self, loss):
         """(loss · scale).backward(), with the scale seeded as the loss's gradient."""
@@ -201,6 +212,8 @@ class MixedPrecision:
     def grads_to_master(self, divisor=1):
         """Each parameter's gradient / divisor into its master's .grad, in the master dtype
         (the float16 → float32 cast is exact; the division happens in float32)."""
+        if self.sharded_grads:
+            return
         for p, m in zip(self.params, self.masters):
             if p.grad is None:
                 m.grad = None
@@ -211,7 +224,8 @@ class MixedPrecision:
 
     def found_inf(self):
         """Unscale the masters' gradients in place; whether any rank of `groups` saw an inf/nan."""
-        found = self.scaler.unscale_([m.grad for m in self.masters if m.grad is not None])
+        grads = self.sharded_grads() if self.sharded_grads else [m.grad for m in self.masters if m.grad is not None]
+        found = self.scaler.unscale_(grads)
         flag = np.array([found], dtype=np.int64)
         for group in self.groups:  # after tp, pp and dp, every rank of the mesh has the world's MAX
             group.all_reduce(flag, op="max")
@@ -232,7 +246,7 @@ class MixedPrecision:
 
     def masters_to_params(self):
         """Round every master into its compute copy (round to nearest even), in place."""
-        if self.mixed:
+        if self.mixed and not self.sharded_grads:
             for p, m in zip(self.params, self.masters):
                 p.data[...] = m.data
 
@@ -245,7 +259,7 @@ class MixedPrecision:
         """Inside the block each parameter's .data and .grad are its master's (unscaled: the
         caller divides by the scale), so code that reads or writes parameters by name (a
         gather, a loader) reaches the float32 masters; the compute copies are refreshed after."""
-        if not self.mixed:
+        if not self.mixed or self.sharded_grads:
             yield
             return
         saved = [(p.data, p.grad) for p in self.params]

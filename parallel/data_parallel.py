@@ -39,6 +39,12 @@ How `DataParallel` does it, the way PyTorch's DDP does:
   parameter no rank used at `.grad = None`, which AdamW skips; here it gets a zero
   gradient, so AdamW still decays it.)
 * Frozen parameters (`requires_grad=False`) are in no bucket: never reduced, never changed.
+* Mixed precision (`reduce_dtype`, as FSDP's MixedPrecision names it): a model computing in
+  16 bits (minitensor.amp) has 16-bit gradients; with `reduce_dtype=np.float32` the buckets
+  are float32, so the sum over n ranks neither rounds n − 1 times nor overflows float16
+  under loss scaling, and the mean is rounded to 16 bits once, into `.grad` (then
+  `amp.grads_to_master()`, exactly as on one device). An inf on any rank is inf in every
+  rank's mean, so every rank's scaler skips alike without a flag of its own.
 * `no_sync()`: as in DDP, FORWARD decides. A forward run inside the block records
   `require_sync = False`, and the hooks of its backward do nothing (wherever that
   backward runs), so gradients just accumulate locally; the backward of the first
@@ -80,10 +86,10 @@ class DataParallel:
     is the module's own.
     """
 
-    def __init__(self, module, group, bucket_mb=25, overlap=True):
+    def __init__(self, module, group, bucket_mb=25, overlap=True, reduce_dtype=None):
         if not bucket_mb > 0:
             raise ValueError(f"DataParallel: bucket_mb={bucket_mb!r} must be positive")
-        self.module, self.group, self.overlap = module, group, overlap
+        self.module, self.group, self.overlap, self.reduce_dtype = module, group, overlap, reduce_dtype
         broadcast_parameters(module.parameters(), group)
         self.names = {id(p): name for name, p in module.named_parameters()}
         trainable = [p for p in module.parameters() if p.requires_grad]
@@ -101,7 +107,7 @@ class DataParallel:
 
     def make_reducer(self, trainable, bucket_mb):
         """Buckets of the trainable parameters in reverse order (ZeRO-2/3 reduce-scatter instead)."""
-        return Reducer(trainable[::-1], self.group, bucket_mb)
+        return Reducer(trainable[::-1], self.group, bucket_mb, dtype=self.reduce_dtype)
 
     def __getattr__(self, name):  # only called for attributes DataParallel itself lacks
         if name == "module":

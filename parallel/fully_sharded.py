@@ -36,8 +36,16 @@ whose backward reaches different uses still issue the same sequence.
 
 The all-gathers run on their own communicator (a copy of the dp group) so that they
 never interleave with the gradient reduce-scatters, whose timing depends on hooks.
+
+Mixed precision (HybridGPT with a 16-bit policy, minitensor.amp): the chunks ARE the
+float32 master weights (`shard_masters`: no rank keeps a whole master), beside the
+float32 moments; gradients are reduce-scattered in float32 into a float32 `grad_shard`
+(the master's gradient); stage 3 gathers a 16-bit copy of each chunk (`compute_shard`,
+refreshed by each step), stage 2 all-gathers the rounded chunks into the 16-bit
+parameters. `full_parameters()` (and `masters_gathered` for stage 2) gather the masters.
 """
 import contextlib
+import functools
 import time
 
 import numpy as np
@@ -51,11 +59,11 @@ from .zero import ZeroOptimizer
 _FREED = {}
 
 
-def freed_placeholder(p):
-    """A stand-in of the parameter's shape and dtype holding no memory (one shared NaN):
-    any read of a freed parameter outside its unit turns the result into NaN."""
-    scalar = _FREED.setdefault(p.dtype, np.array(np.nan, p.dtype))
-    return np.broadcast_to(scalar, p.shape)
+def freed_placeholder(shape, dtype):
+    """A stand-in of the parameter's shape and (compute) dtype holding no memory (one shared
+    NaN): any read of a freed parameter outside its unit turns the result into NaN."""
+    scalar = _FREED.setdefault(np.dtype(dtype), np.array(np.nan, dtype))
+    return np.broadcast_to(scalar, shape)
 
 
 def owner(array):
@@ -65,31 +73,46 @@ def owner(array):
     return array
 
 
+def attach(bucket, full):
+    """Point every parameter's .data at its piece of the gathered flat `full`."""
+    for p, where in zip(bucket.params, bucket.slices):
+        p.data = full[where].reshape(p.shape)
+
+
+def compute_copy(shard, params):
+    """The chunk the forward gathers: `shard` itself, or its rounding to the parameters'
+    (16-bit compute) dtype when the shard holds float32 masters."""
+    dtype = params[0].dtype
+    return shard if shard.dtype == dtype else shard.astype(dtype)
+
+
 class FlatUnit:
     """One sharding unit: its trainable parameters end to end in `bucket` (n equal chunks,
-    the reducer's bucket for the same parameters), of which this rank keeps `param_shard`."""
+    the reducer's bucket for the same parameters), of which this rank keeps `param_shard`
+    (the masters' chunk, if the caller cut one: `shard_masters`) and `compute_shard`, the
+    chunk its forward gathers (16-bit under a mixed policy, else `param_shard` itself)."""
 
     def __init__(self, name, bucket, group):
         self.name, self.bucket, self.group = name, bucket, group
         self.params = bucket.params
-        bucket.param_shard = values_chunk(bucket, group.rank)
+        if bucket.param_shard is None:
+            bucket.param_shard = values_chunk(bucket, group.rank)
+        bucket.compute_shard = compute_copy(bucket.param_shard, self.params)
         self.free()
 
     def start_gather(self):
-        return self.group.all_gather(self.bucket.param_shard, async_op=True)
+        return self.group.all_gather(self.bucket.compute_shard, async_op=True)
 
     def attach(self, full):
-        """Point every parameter's .data at its piece of the gathered flat `full`."""
-        for p, where in zip(self.params, self.bucket.slices):
-            p.data = full[where].reshape(p.shape)
+        attach(self.bucket, full)
 
     def free(self):
-        for p in self.params:
-            p.data = freed_placeholder(p)
+        for p in self.params:  # in the dtype the forward computes in (a gather of the masters may have left float32)
+            p.data = freed_placeholder(p.shape, self.bucket.compute_shard.dtype)
 
     @property
     def full_bytes(self):
-        return self.bucket.shard_size * self.group.size * self.bucket.param_shard.itemsize
+        return self.bucket.shard_size * self.group.size * self.bucket.compute_shard.itemsize
 
     def __repr__(self):
         return f"FlatUnit({self.name}, {len(self.params)} params, {self.bucket.numel} elements)"
@@ -155,8 +178,9 @@ class Sharding:
         self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
         self.prefetch = prefetch
         by_name = {unit.name: unit for unit in self.units}
-        # the last pass's order of uses, which the forward prefetch follows
+        # the last pass's order of uses, which the forward prefetch follows, and of its backward gathers
         self.forward_order = [by_name[name] for name in first_order or names]
+        self.backward_order = self.forward_order[::-1]
         self.passes, self.current, self.running = [], None, []
         self.prefetched = {}  # unit -> its forward gather issued ahead
         self.events, self.t0 = [], time.perf_counter()  # the last step's (kind, unit, start, end)
@@ -183,6 +207,8 @@ class Sharding:
             if finished.started:
                 self.forward_order = finished.started
             finished.close()
+            if finished.gathers:
+                self.backward_order = [use.unit for use in finished.gathers]
             self.last_pass = finished if is_grad_enabled() and finished.gathers else None
             if self.last_pass:
                 self.passes.append(finished)
@@ -311,23 +337,30 @@ class Sharding:
 
     @contextlib.contextmanager
     def full_parameters(self, writeback=False):
-        """Every unit gathered for the block (FSDP's summon_full_params); with writeback, the
-        values the block leaves in the parameters become the shards afterwards."""
+        """Every unit gathered for the block (FSDP's summon_full_params): the masters' values
+        (float32 under a mixed policy); with writeback, the values the block leaves in the
+        parameters become the shards afterwards (and the 16-bit chunks their rounding)."""
         for unit in self.units:
             unit.attach(unit.group.all_gather(unit.bucket.param_shard))
         try:
             yield
         finally:
             for unit in self.units:
+                bucket = unit.bucket
                 if writeback:
-                    unit.bucket.param_shard[:] = values_chunk(unit.bucket, unit.group.rank)
+                    bucket.param_shard[:] = values_chunk(bucket, unit.group.rank)
+                    if bucket.compute_shard is not bucket.param_shard:
+                        bucket.compute_shard[...] = bucket.param_shard
                 unit.free()
 
     def schedule(self):
-        """The all-gathers of one step as data: [(phase, unit name)] in issue order, for a pass
-        that uses every unit once in order (prefetch only moves when each is issued)."""
-        names = [unit.name for unit in self.forward_order]
-        return [("forward", n) for n in names] + [("backward", n) for n in reversed(names)]
+        """The all-gathers of one pass as data: [(phase, unit name)] in issue order, as the last
+        pass ran (before any: every unit once in order); prefetch only moves when each is
+        issued. A unit used twice appears twice; backward gathers the uses in the reverse
+        order they finished (a use inside another, BERT's tied embedding inside its head,
+        finishes first)."""
+        return ([("forward", unit.name) for unit in self.forward_order]
+                + [("backward", unit.name) for unit in self.backward_order])
 
 
 def gathers_due(needed, issued, position, prefetch):
@@ -384,10 +417,14 @@ def check_gathers(needed_by_rank, prefetch):
     return sequences
 
 
-def fully_shard(module, sharding, unit=None):
+def fully_shard(module, sharding, unit=None, reads=()):
     """Run `module`'s forward as one use of `unit` (in place, as FSDP2's fully_shard: names and
-    attributes stay); without a unit, as one forward pass of `sharding`."""
+    attributes stay); without a unit, as one forward pass of `sharding`. `reads`: other units
+    whose parameters the forward reads (a tied weight passed in, as BERT's MLM head reads the
+    token embedding's): each gathered around it too, one more use of that unit in the pass."""
     forward = module.forward
+    for other in reads:
+        forward = functools.partial(sharding.run_unit, other, forward)
 
     def sharded_forward(*args, **kwargs):
         if unit is None:
@@ -396,6 +433,34 @@ def fully_shard(module, sharding, unit=None):
         return sharding.run_unit(unit, forward, *args, **kwargs)
     module.forward = sharded_forward
     return module
+
+
+def shard_masters(buckets, masters, group):
+    """ZeRO-2/3 under a mixed precision policy: cut each bucket's chunk of the float32
+    `masters` (by id of the bucket's compute parameters) into `bucket.param_shard`; the
+    whole masters can then go. Each rank keeps 1/n of the masters, as of the moments."""
+    for bucket in buckets:
+        bucket.param_shard = values_chunk(bucket, group.rank, [masters[id(p)].data for p in bucket.params])
+
+
+@contextlib.contextmanager
+def masters_gathered(buckets, group, writeback=False):
+    """ZeRO-2 under a mixed policy: inside the block every parameter's .data is its whole
+    float32 master, all-gathered from the shards; with writeback, the values the block
+    leaves become the shards, and their rounding the 16-bit parameters."""
+    compute = [[p.data for p in bucket.params] for bucket in buckets]
+    for bucket in buckets:
+        attach(bucket, group.all_gather(bucket.param_shard))
+    try:
+        yield
+    finally:
+        for bucket, arrays in zip(buckets, compute):
+            if writeback:
+                bucket.param_shard[:] = values_chunk(bucket, group.rank)
+            for p, array in zip(bucket.params, arrays):
+                if writeback:
+                    array[...] = p.data
+                p.data = array
 
 
 def held_bytes(arrays):

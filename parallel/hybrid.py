@@ -17,15 +17,26 @@ and the fourth axis, context parallelism over cp.
 
 ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
 token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
-unit is all-gathered for each micro-batch's forward and backward and freed after. Its
-gradients are reduce-scattered once per step, after the schedule, where the dp mean
-of every other layout happens too.
+unit is all-gathered for each micro-batch's forward and backward and freed after (a
+BERT's MLM head, which reads the tied token embedding's weight, gathers that unit too:
+the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking) inside backward, as soon
+as every one of its parameters has accumulated its last micro-batch's gradient
+(`on_grad_ready`), so it travels while backward computes the units before it; the
+reduce-scatters are finished, and the full gradients gone, at the end of each global
+batch. A unit whose gradient still needs a sum over tp (sequence parallelism's partial
+LayerNorm gradients) or over the pipeline ends (a tied embedding) starts only after
+that sum, after the schedule, and so do the units after it (buckets start in order).
 
 Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
 see the float32 master weights; the loss is scaled on the last stage; the found-inf
 flag is MAX-all-reduced over tp, pp and dp × cp, so every rank skips the same steps.
-(Not yet with ZeRO-2/3, whose sharded buckets would have to hold the masters.)
+Under ZeRO-2/3 the masters exist only as the shards: each flat bucket keeps this rank's
+chunk of the float32 masters (`param_shard`, which ZeroOptimizer steps beside its float32
+moments) and of their float32 gradient (`grad_shard`); ZeRO-3 gathers a 16-bit copy of
+the chunk (`compute_shard`), ZeRO-2 all-gathers the rounded chunks into the 16-bit
+parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp) under
+ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments).
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
@@ -47,7 +58,7 @@ from minitensor.optim import AdamW
 from .comm.gather import gather_named_arrays
 from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
-from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes
+from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes, masters_gathered, shard_masters
 from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
@@ -85,10 +96,6 @@ class HybridGPT(ParallelModel):
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
-        if int(zero) == 3 and ties:
-            raise ValueError(f"zero=3 with a {type(gpt).__name__}, whose head reads the token embedding's weight "
-                             "outside the embedding's forward: ZeRO-3 gathers a unit only around its own forward; "
-                             "use zero=2")
         self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
@@ -105,9 +112,6 @@ class HybridGPT(ParallelModel):
         if self.zero != 1:
             broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
         policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
-        if policy.mixed and self.zero > 1:
-            raise ValueError(f"precision {policy.name} with zero={self.zero}: ZeRO-2/3's sharded buckets hold the "
-                             "compute parameters, not float32 masters; use zero=1 or precision fp32")
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
                                   **(scaler or {}))
         if self.zero == 0:
@@ -123,31 +127,89 @@ class HybridGPT(ParallelModel):
 
     def shard_units(self, prefetch):
         """ZeRO-2/3: one reduce-scatter bucket per unit of each stage (FSDP's units serve both
-        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters."""
+        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters.
+        Under a mixed policy the buckets keep the float32 masters' chunks (the amp hands them over)."""
         units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
                  for stage in self.stages]
         units = [[(name, params) for name, params in chunk if params] for chunk in units]
+        # The gradients are reduce-scattered in the masters' dtype (float32 under a mixed policy):
+        # a 16-bit sum over n ranks would round n - 1 times and could overflow float16 under loss
+        # scaling, and the kept chunk is exactly the float32 master's gradient the optimizer needs.
         self.dp_reducer = ShardedReducer([], self.mesh.dp_cp_group,
-                                         param_lists=[params for chunk in units for _, params in chunk][::-1])
+                                         param_lists=[params for chunk in units for _, params in chunk][::-1],
+                                         dtype=self.amp.policy.master_dtype)
+        if self.amp.mixed:
+            shard_masters(self.dp_reducer.buckets, {id(p): m for p, m in zip(self.amp.params, self.amp.masters)},
+                          self.mesh.dp_cp_group)
+            self.amp.hand_over_masters(lambda: [bucket.grad_shard for bucket in self.dp_reducer.buckets])
+        self.watch_gradients()
         if self.zero == 2:
             return
         buckets = self.dp_reducer.buckets[::-1]
         for stage, chunk in zip(self.stages, units):
             mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
             sharding = Sharding([name for name, _ in chunk], mine, self.mesh.dp_cp_group, prefetch)
-            modules = dict(stage_units(stage))
-            for unit in sharding.units:
-                fully_shard(modules[unit.name], sharding, unit)
+            modules, by_name = dict(stage_units(stage)), {unit.name: unit for unit in sharding.units}
+            for unit in sharding.units:  # a unit reading a tied unit's weight (BERT's head) gathers it too
+                reads = [by_name[name] for name in stage.tied_reads.get(unit.name, ()) if name in by_name]
+                fully_shard(modules[unit.name], sharding, unit, reads)
             fully_shard(stage, sharding)
             self.shardings.append(sharding)
 
+    def watch_gradients(self):
+        """ZeRO-2/3: a hook on every bucketed parameter counts its gradients in this global
+        batch's backward; `waits_for_sums[i]`: bucket i holds a parameter whose gradient is
+        still summed over tp or the pipeline ends after the schedule."""
+        tied = {id(p) for p in self.tied.copies} if self.tied.group is not None else set()
+        self.waits_for_sums = [any(getattr(p, "tp_partial_grad", False) or id(p) in tied for p in bucket.params)
+                               for bucket in self.dp_reducer.buckets]
+        self.accumulated_grads = {}  # id(parameter) -> gradients accumulated in this global batch
+        for bucket in self.dp_reducer.buckets:
+            for p in bucket.params:
+                p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def on_grad_ready(self, p):
+        """A parameter's backward of one micro-batch has accumulated into .grad; after its m-th
+        (the last micro-batch's) the parameter's gradient is final. Start the reduce-scatter of
+        each next bucket, in index order, while all its parameters are final."""
+        count = self.accumulated_grads[id(p)] = self.accumulated_grads.get(id(p), 0) + 1
+        if count > self.microbatches:
+            raise RuntimeError(f"a parameter of shape {p.shape} got {count} gradients from {self.microbatches} "
+                               "micro-batches: its unit's reduce-scatter has already freed them")
+        # exercise 13.3: a unit's reduce-scatter starts in backward, once its gradients are final
+        # hint: while the next bucket not yet started (self.dp_reducer.started) is final (self.bucket_final),
+        # hint: start it (self.dp_reducer.start_next()): in index order, so every rank issues the same sequence.
+        reducer = self.dp_reducer
+        while reducer.started < len(reducer.buckets) and self.bucket_final(reducer.started):
+            reducer.start_next()
+        # end exercise
+
+    def bucket_final(self, index):
+        return not self.waits_for_sums[index] and all(
+            self.accumulated_grads.get(id(p), 0) == self.microbatches for p in self.dp_reducer.buckets[index].params)
+
+    def reduce_scatter_batch(self):
+        """ZeRO-2/3, after each global batch's schedule: the tp and tied sums of the gradients
+        still whole, every backward gather still due, then every reduce-scatter started (those
+        backward did not start) and finished: the chunks grow, the full gradients are gone."""
+        for stage in self.stages:
+            stage.finish_grad_sync()
+        self.tied.finish()
+        for sharding in self.shardings:
+            sharding.finish()
+        self.dp_reducer.finish()
+        self.accumulated_grads = {}
+
     @contextlib.contextmanager
     def full_parameters(self, writeback=False):
-        """ZeRO-3: every parameter gathered for the block (written back to the shards after, if
-        writeback); otherwise nothing to do."""
+        """ZeRO-3, and ZeRO-2 under a mixed policy: every parameter gathered from the shards for
+        the block (the float32 masters under a mixed policy; written back to the shards after,
+        if writeback); otherwise nothing to do."""
         with contextlib.ExitStack() as stack:
             for sharding in self.shardings:
                 stack.enter_context(sharding.full_parameters(writeback))
+            if self.zero == 2 and self.amp.mixed:
+                stack.enter_context(masters_gathered(self.dp_reducer.buckets, self.mesh.dp_cp_group, writeback))
             yield
 
     def layout(self):
@@ -242,6 +304,8 @@ class HybridGPT(ParallelModel):
         idx, targets = self.local_batch(idx, targets)
         self.pipeline.loss_scale = self.amp.scaler.scale
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
+        if self.zero > 1:
+            self.reduce_scatter_batch()
         self.accumulated += 1
         group = self.mesh.dp_cp_group
         return float(group.all_reduce(np.array([loss]))[0]) / group.size
@@ -249,17 +313,21 @@ class HybridGPT(ParallelModel):
     def finish_grad_sync(self):
         """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
         batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
-        the optimizer under ZeRO-1). Idempotent; every rank must call it alike."""
+        the optimizer under ZeRO-1). Under ZeRO-2/3 the sums and reduce-scatters ran after each
+        batch (reduce_scatter_batch): only the mean over the batches is left, taken on the
+        chunks. Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
-        for stage in self.stages:
-            stage.finish_grad_sync()
-        self.tied.finish()
-        self.amp.grads_to_master(divisor=self.accumulated)
-        for sharding in self.shardings:
-            sharding.finish()
-        if self.dp_reducer is not None and self.outer is None:
-            self.dp_reducer.finish()
+        if self.zero > 1:  # each batch's reduce-scatter is done (reduce_scatter_batch): the mean of the chunks
+            for bucket in self.dp_reducer.buckets:
+                bucket.grad_shard /= self.accumulated
+        else:
+            for stage in self.stages:
+                stage.finish_grad_sync()
+            self.tied.finish()
+            self.amp.grads_to_master(divisor=self.accumulated)
+            if self.dp_reducer is not None and self.outer is None:
+                self.dp_reducer.finish()
         self.synced = True
 
     def optimizer_step(self):
@@ -346,13 +414,17 @@ class HybridGPT(ParallelModel):
         """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
         placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
         ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
-        policy the float32 masters count as optimizer state and their gradients as gradients."""
-        params, masters = self.parameters(), self.amp.masters if self.amp.mixed else []
-        buckets = self.dp_reducer.buckets if self.zero > 1 else []
+        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
+        their gradients as gradients."""
+        params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
+        masters = self.amp.masters if self.amp.mixed and not buckets else []
+        master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
+                         b.compute_shard]
         grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
-        return {"params": held_bytes([p.data for p in params] + [b.param_shard for b in buckets if self.zero == 3]),
+        return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
                 "grads": held_bytes(grads),
-                "optim": (self.optimizer.state_bytes() if self.optimizer else 0) + held_bytes([m.data for m in masters]),
+                "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
+                + held_bytes([m.data for m in masters] + master_shards),
                 "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
 
     def reset_memory_peak(self):

@@ -39,14 +39,15 @@ def assign_buckets(params, bucket_bytes):
 
 class Bucket:
     """Parameters laid end to end in one flat buffer of `length` elements (default: just
-    enough; a longer buffer is zero-padded at the end, as ZeRO needs for equal chunks)."""
+    enough; a longer buffer is zero-padded at the end, as ZeRO needs for equal chunks) of
+    `dtype` (default: the parameters'; a 16-bit model's gradients are reduced in float32)."""
 
-    def __init__(self, params, length=None):
+    def __init__(self, params, length=None, dtype=None):
         self.params = list(params)
         ends = np.cumsum([p.size for p in self.params])
         self.slices = [slice(end - p.size, end) for p, end in zip(self.params, ends)]
         self.numel = int(ends[-1])
-        self.buffer = np.zeros(self.numel if length is None else length, self.params[0].dtype)
+        self.buffer = np.zeros(self.numel if length is None else length, dtype or self.params[0].dtype)
 
     def pack(self):
         """The gradients in the flat buffer (a parameter without a gradient counts as zeros)."""
@@ -62,7 +63,7 @@ class Bucket:
         # exercise 04.1: pack and unpack a bucket
         # hint: write buffer[where] / divisor back into each p.grad, in place when p.grad exists (np.divide's out=).
         for p, where in zip(self.params, self.slices):
-            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad)
+            p.grad = np.divide(self.buffer[where].reshape(p.shape), divisor, out=p.grad).astype(p.dtype, copy=False)
         # end exercise
 
     def pack_values(self):
@@ -88,15 +89,16 @@ def allreduce_hook(group, index, bucket):
 
 class Reducer:
     """Sum the gradients of `params` over `group`, bucket by bucket, and divide by `divisor`
-    (group.size: the mean, as data parallelism needs; 1: the plain sum).
+    (group.size: the mean, as data parallelism needs; 1: the plain sum), in `dtype` (default
+    the parameters'; a 16-bit model's gradients summed in float32, the mean rounded once).
 
     Buckets start in index order (`start_next`), so every rank issues the same collectives
     in the same order; `finish()` starts the rest, waits for all and unpacks."""
 
-    def __init__(self, params, group, bucket_mb=25, divisor=None):
+    def __init__(self, params, group, bucket_mb=25, divisor=None, dtype=None):
         self.group = group
         self.divisor = group.size if divisor is None else divisor
-        self.buckets = [Bucket(ps) for ps in assign_buckets(params, bucket_mb * MIB)]
+        self.buckets = [Bucket(ps, dtype=dtype) for ps in assign_buckets(params, bucket_mb * MIB)]
         self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
         self.comm_hook = allreduce_hook
         self.spans = []  # the last round's [bucket index, start, end] in time.perf_counter seconds
@@ -110,11 +112,15 @@ class Reducer:
         """How many buckets have their all-reduce started this round."""
         return len(self.requests)
 
+    def note_start(self):
+        """Open the next bucket's span (a new round's first clears the last round's)."""
+        if self.started == 0:
+            self.spans = []
+        self.spans.append([self.started, time.perf_counter(), None])
+
     def start_next(self):
         index = self.started
-        if index == 0:
-            self.spans = []
-        self.spans.append([index, time.perf_counter(), None])
+        self.note_start()
         bucket = self.buckets[index]
         bucket.pack()
         self.requests.append(self.comm_hook(self.group, index, bucket))
@@ -139,12 +145,14 @@ def padded_length(numel, n):
     return -(-numel // n) * n
 
 
-def values_chunk(bucket, rank):
+def values_chunk(bucket, rank, values=None):
     """A copy of chunk `rank` (of bucket.shard_size elements) of the bucket's parameter
-    values laid end to end, zero-padded: what that rank keeps of them under ZeRO-2/3."""
-    flat = np.zeros(bucket.numel + bucket.shard_size, bucket.params[0].dtype)  # room for the padding
-    for p, where in zip(bucket.params, bucket.slices):
-        flat[where] = p.data.reshape(-1)
+    values laid end to end, zero-padded: what that rank keeps of them under ZeRO-2/3.
+    `values`: other arrays of the parameters' shapes to cut instead (float32 masters)."""
+    values = [p.data for p in bucket.params] if values is None else values
+    flat = np.zeros(max(bucket.numel, (rank + 1) * bucket.shard_size), values[0].dtype)  # room for the padding
+    for value, where in zip(values, bucket.slices):
+        flat[where] = value.reshape(-1)
     return flat[rank * bucket.shard_size:(rank + 1) * bucket.shard_size].copy()
 
 
@@ -155,18 +163,28 @@ class ShardedReducer(Reducer):
     `zero_grad_shards`) and frees every `.grad` of the bucket: the full gradients are gone.
 
     `param_lists`: the buckets' parameters (stage 3: one list per sharding unit); default:
-    `assign_buckets(params, bucket_mb)` as the plain Reducer cuts them."""
+    `assign_buckets(params, bucket_mb)` as the plain Reducer cuts them. `dtype`: what the
+    gradients are reduced and kept in (default the parameters'; float32 for a 16-bit model:
+    the kept chunk is then the float32 masters' gradient).
 
-    def __init__(self, params, group, bucket_mb=25, divisor=None, param_lists=None):
+    A bucket also carries the parameter chunks ZeRO keeps (fully_sharded.py): `param_shard`,
+    the chunk the optimizer steps (the float32 masters under a mixed policy; stage 2 with
+    one dtype keeps none: the full parameters are the truth), and under stage 3
+    `compute_shard`, the chunk the forward gathers (the same array, or its 16-bit copy)."""
+
+    def __init__(self, params, group, bucket_mb=25, divisor=None, param_lists=None, dtype=None):
         super().__init__(params, group, bucket_mb, divisor)
         lists = param_lists if param_lists is not None else [b.params for b in self.buckets]
-        self.buckets = [Bucket(ps, length=padded_length(sum(p.size for p in ps), group.size)) for ps in lists]
+        self.buckets = [Bucket(ps, length=padded_length(sum(p.size for p in ps), group.size), dtype=dtype)
+                        for ps in lists]
         for bucket in self.buckets:
             bucket.shard_size = bucket.buffer.size // group.size
             bucket.grad_shard = np.zeros(bucket.shard_size, bucket.buffer.dtype)
+            bucket.param_shard = bucket.compute_shard = None
             bucket.buffer = None  # a flat buffer exists only while its reduce-scatter is in flight
 
     def start_next(self):
+        self.note_start()
         # exercise 13.1: the stage-2 reduce-scatter of a bucket
         # hint: give the bucket a fresh zero buffer of n·shard_size elements, pack it, start its reduce-scatter
         # hint: (async_op=True), then free every parameter's .grad: only the packed copy is left.
@@ -182,8 +200,9 @@ class ShardedReducer(Reducer):
         and drop the flat buffers."""
         while self.started < len(self.buckets):
             self.start_next()
-        for bucket, request in zip(self.buckets, self.requests):
+        for bucket, request, span in zip(self.buckets, self.requests, self.spans):
             bucket.grad_shard += request.wait() / self.divisor
+            span[2] = time.perf_counter()
             bucket.buffer = None
         self.requests = []
 

@@ -39,10 +39,11 @@ class ZeroOptimizer(Optimizer):
 
     stage 1 (default): `params` as they are; step() reduce-scatters their gradients itself.
     stage 2 / 3: `buckets` are the `ShardedReducer`'s (fully_sharded.py), whose grad_shard
-    already holds this rank's chunk of the averaged gradient; stage 3's buckets also hold
-    the authoritative `param_shard`, which the step updates in place (nothing gathered).
-    Each bucket is n equal chunks; this rank's moments are its chunk of every bucket, end
-    to end, in bucket order."""
+    already holds this rank's chunk of the averaged gradient; stage 3's buckets (and stage
+    2's under a mixed precision policy) also hold the authoritative `param_shard`, which the
+    step updates in place. Each bucket is n equal chunks; this rank's moments are its chunk
+    of every bucket, end to end, in bucket order, in the gradients' dtype (float32 when the
+    parameters compute in 16 bits: the shards are then the float32 master weights)."""
 
     def __init__(self, params, group, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  stage=1, buckets=None):
@@ -68,7 +69,7 @@ class ZeroOptimizer(Optimizer):
         self.shard_size = sum(b.shard_size for b in buckets)
         ends = np.cumsum([b.shard_size for b in buckets])
         self.state_slices = [slice(end - b.shard_size, end) for b, end in zip(buckets, ends)]
-        dtype = self.flat_params[0].dtype
+        dtype = buckets[0].grad_shard.dtype if stage > 1 else self.flat_params[0].dtype
         self.step_count = 0
         self.exp_avg = np.zeros(self.shard_size, dtype)
         self.exp_avg_sq = np.zeros(self.shard_size, dtype)
@@ -103,11 +104,22 @@ class ZeroOptimizer(Optimizer):
                 bucket.unpack_values(self.group.all_gather(param_shard))
                 # end exercise
                 continue
-            param_shard = bucket.param_shard if self.stage == 3 else values_chunk(bucket, self.group.rank)
+            param_shard = bucket.param_shard if bucket.param_shard is not None else values_chunk(bucket,
+                                                                                                 self.group.rank)
             adamw_update(param_shard, bucket.grad_shard, self.exp_avg[state], self.exp_avg_sq[state],
                          self.step_count, d["lr"], *d["betas"], d["eps"], d["weight_decay"])
-            if self.stage == 2:
-                bucket.unpack_values(self.group.all_gather(param_shard))
+            self.publish(bucket, param_shard)
+
+    def publish(self, bucket, param_shard):
+        """The updated chunk into what the forward reads, rounded to the compute dtype (a no-op
+        cast under one dtype): stage 2 all-gathers the rounded chunks into the full parameters
+        (16-bit on the wire: the rounding commutes with the gather), stage 3 refreshes the
+        16-bit chunk its forward will gather."""
+        compute_dtype = bucket.params[0].dtype
+        if self.stage == 2:
+            bucket.unpack_values(self.group.all_gather(param_shard.astype(compute_dtype, copy=False)))
+        elif bucket.compute_shard is not param_shard:
+            bucket.compute_shard[...] = param_shard
 
     def zero_grad(self):
         super().zero_grad()

@@ -73,6 +73,7 @@ class BERT(GPTEnds, nn.Module):
 
     first_parts = ("tok_emb", "pos_emb", "seg_emb", "drop")
     last_parts = ("ln_f", "mlm_head", "tok_emb")  # the head reads the tied embedding
+    tied_reads = {"mlm_head": ("tok_emb",)}  # its weight, passed in by head()
 
     def __init__(self, config, dtype=DEFAULT_FLOAT):
         if not isinstance(config, BertConfig):

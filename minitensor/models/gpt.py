@@ -121,6 +121,7 @@ class GPTEnds:
 
     first_parts = ("tok_emb", "pos_emb", "drop")  # what the first pipeline stage holds
     last_parts = ("ln_f", "lm_head")              # and the last (bert.py: + the tied tok_emb)
+    tied_reads = {}  # part -> the tied parts its forward reads besides its own (bert.py: the MLM head)
 
     def embed(self, idx):
         """Token + position (+ segment) embeddings of integer `idx` (B, T), then dropout."""

@@ -1,10 +1,12 @@
 """ZeRO stages 0-3 on the medium GPT: step time, bytes held per rank, bytes communicated.
 
     python -m parallel.bench zero [--ranks 2 4] [--stages 0 1 2 3] [--steps 4] [--warmup 1]
+                                  [--precision fp32 fp16 bf16]
 
 Each rank count runs one mpiexec job (one BLAS thread per rank) that trains a float32
-HybridGPT with dp = ranks and each ZeRO stage (0: plain data parallelism), the same
-batch of 8 sequences per rank. Per stage, rank 0 prints:
+HybridGPT with dp = ranks and each ZeRO stage (0: plain data parallelism) under each
+precision policy (default fp32 only; fp16/bf16: 16-bit compute, float32 masters), the
+same batch of 8 sequences per rank. Per stage and policy, rank 0 prints:
 
     step time   the median over steps of the slowest rank's train_step + optimizer_step
     memory      params, grads, optim: bytes held after the gradient sync, measured from
@@ -14,7 +16,9 @@ batch of 8 sequences per rank. Per stage, rank 0 prints:
                 of the largest unit
     comm        dp bytes per rank and step, counted by the group | the formula:
                 2Ψ(n-1)/n for stages 0-2, 3Ψ(n-1)/n for stage 3 (two all-gathers and a
-                reduce-scatter: 1.5x), plus the loss's one-number all-reduce
+                reduce-scatter: 1.5x), plus the loss's one-number all-reduce; under a
+                16-bit policy the gradients still travel in float32 and ZeRO-2/3's
+                all-gathers move the 16-bit copies: Ψ(n-1)/n·(4 + 2) and ·(4 + 2·2)
 """
 import argparse
 import time
@@ -35,6 +39,8 @@ def parse(argv):
                         help="ZeRO stages (default 0 1 2 3)")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per stage (default 4)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "fp16", "bf16"),
+                        help="precision policies (default fp32; fp16/bf16 keep float32 masters)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
 
@@ -43,44 +49,50 @@ def main(argv):
     args = parse(argv)
     stages = [str(s) for s in args.stages]
     if args.worker:
-        return run_worker(args.stages, args.steps, args.warmup)
-    print(f"{CONFIG} GPT, batch {BATCH} per rank, float32, AdamW, HybridGPT dp = ranks; 1 BLAS thread per rank")
+        return run_worker(args.stages, args.steps, args.warmup, args.precision)
+    print(f"{CONFIG} GPT, batch {BATCH} per rank, float32 masters, AdamW, HybridGPT dp = ranks; "
+          f"1 BLAS thread per rank")
     results = []
     for n in args.ranks:
         results += collect(run_on_mpi_ranks(n, "parallel.bench", "zero", "--worker", "--stages", *stages,
-                                            "--steps", args.steps, "--warmup", args.warmup))
+                                            "--steps", args.steps, "--warmup", args.warmup,
+                                            "--precision", *args.precision))
     print_table(results)
     return 0
 
 
 def print_table(results):
-    plain = {r["ranks"]: r["step_s"] for r in results if r["stage"] == 0}
+    plain = {(r["ranks"], r["precision"]): r["step_s"] for r in results if r["stage"] == 0}
     head = "".join(f"{kind + ' MB':>22}" for kind in KINDS)
-    print(f"{'ranks':>5} {'stage':>5} {'step s':>7} {'vs DP':>6}{head}{'comm MB/step':>22}")
-    print(f"{'':>25}" + f"{'measured | formula':>22}" * (len(KINDS) + 1))
+    print(f"{'ranks':>5} {'prec':>5} {'stage':>5} {'step s':>7} {'vs DP':>6}{head}{'comm MB/step':>22}")
+    print(f"{'':>31}" + f"{'measured | formula':>22}" * (len(KINDS) + 1))
     for r in results:
-        ratio = f"{r['step_s'] / plain[r['ranks']]:>5.2f}x" if r["ranks"] in plain else f"{'-':>6}"
+        dp = plain.get((r["ranks"], r["precision"]))
+        ratio = f"{r['step_s'] / dp:>5.2f}x" if dp else f"{'-':>6}"
         cells = "".join(f"{r['measured'][k] / 1e6:>10.3f} | {r['formula'][k] / 1e6:>9.3f}" for k in KINDS)
         comm = f"{r['comm'] / 1e6:>10.3f} | {r['comm_formula'] / 1e6:>9.3f}"
-        print(f"{r['ranks']:>5} {r['stage']:>5} {r['step_s']:>7.3f} {ratio}{cells}{comm}")
+        print(f"{r['ranks']:>5} {r['precision']:>5} {r['stage']:>5} {r['step_s']:>7.3f} {ratio}{cells}{comm}")
 
 
-def formulas(config, n, stage):
-    """(bytes held by kind, dp bytes communicated per step) of one rank, float32."""
-    from parallel.plan.layout import Layout
+def formulas(config, n, stage, precision="fp32"):
+    """(bytes held by kind, dp bytes communicated per step) of one rank under a precision policy."""
+    from parallel.plan.layout import Layout, get_precision
     from parallel.plan.memory import gathered_unit_bytes, param_bytes_per_rank
     from parallel.plan.model import unit_param_counts
 
-    held = param_bytes_per_rank(config, n, 1, 1, (0, 0, 0), "float32", stage)
-    held["gathered"] = gathered_unit_bytes(config, Layout(dp=n, zero=stage), 0)
+    held = param_bytes_per_rank(config, n, 1, 1, (0, 0, 0), precision, stage)
+    held["gathered"] = gathered_unit_bytes(config, Layout(dp=n, zero=stage), 0, precision)
     units = unit_param_counts(config)
     padded = {0: sum(units), 1: -(-sum(units) // n) * n}.get(stage, sum(-(-u // n) * n for u in units))
-    moves = 3 if stage == 3 else 2  # reduce-scatter + all-gather (or one all-reduce), plus stage 3's second gather
+    sizes = get_precision(precision)
+    # the float32 (master) gradients reduced (an all-reduce moves twice), then the all-gathers of the
+    # parameters: the masters under ZeRO-1, ZeRO-2/3's compute copies (ZeRO-3 twice: forward and backward)
+    gathered = {0: sizes.dp_grad_bytes, 1: sizes.dp_grad_bytes, 2: sizes.param_bytes, 3: 2 * sizes.param_bytes}[stage]
     loss = 2 * (n - 1) * 8 // n  # train_step's all-reduce of the float64 loss
-    return held, moves * (n - 1) * padded * 4 // n + loss
+    return held, (sizes.dp_grad_bytes + gathered) * (n - 1) * padded // n + loss
 
 
-def run_worker(stages, steps, warmup):
+def run_worker(stages, steps, warmup, precisions):
     import dataclasses
 
     import numpy as np
@@ -94,10 +106,11 @@ def run_worker(stages, steps, warmup):
     config = get_config(CONFIG)
     rng = np.random.default_rng(group.rank)
     shape = (BATCH * group.size, config.block_size)
-    for stage in stages:
+    for precision, stage in ((p, s) for p in precisions for s in stages):
         mt.manual_seed(0)
         gpt = GPT(GPTConfig(**dataclasses.asdict(config)))
-        model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, world=group), zero=stage)
+        model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, world=group), zero=stage,
+                                   precision=precision, scaler=dict(init_scale=2.0**8))  # fp16: no early skips
         model.configure_optimizer(lr=3e-4)
         times = np.empty(steps)
         for step in range(warmup + steps):
@@ -115,8 +128,8 @@ def run_worker(stages, steps, warmup):
         comm = sum(c["bytes"] for (name, _), c in model.communication_stats().items() if name == "dp")
         group.all_reduce(times, op="max")
         if group.rank == 0:
-            held["optim"] = model.optimizer.state_bytes()  # after a step: the states exist
-            memory, comm_formula = formulas(config, group.size, stage)
-            report({"ranks": group.size, "stage": stage, "step_s": float(np.median(times)), "measured": held,
+            held["optim"] = model.memory_bytes()["optim"]  # after a step: the states exist
+            memory, comm_formula = formulas(config, group.size, stage, precision)
+            report({"ranks": group.size, "precision": precision, "stage": stage, "step_s": float(np.median(times)), "measured": held,
                     "formula": memory, "comm": comm, "comm_formula": comm_formula})
     return 0

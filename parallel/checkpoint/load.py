@@ -28,17 +28,19 @@ def open_manifest(path):
     return step_dir, read_manifest(step_dir)
 
 
-def check_entries(manifest, params, step_dir):
-    """The manifest entry of every local name; a CheckpointError names a missing or mismatched one."""
+def check_entries(manifest, params, step_dir, master_dtype=None):
+    """The manifest entry of every local name; a CheckpointError names a missing or mismatched one.
+    `master_dtype`: the dtype the masters have (ZeRO-2/3 under a mixed policy keep them only as
+    float32 chunks, and the parameters standing for them by name compute in 16 bits)."""
     entries = {}
     for name, p in params.items():
         entry = manifest["tensors"].get(name)
         if entry is None:
             raise CheckpointError(f"the checkpoint {step_dir} has no tensor '{name}'")
-        full_shape = list(dense_shape(p))
-        if entry["full_shape"] != full_shape or entry["dtype"] != str(p.dtype):
+        full_shape, dtype = list(dense_shape(p)), str(master_dtype or p.dtype)
+        if entry["full_shape"] != full_shape or entry["dtype"] != dtype:
             raise CheckpointError(f"'{name}' is {entry['dtype']} {tuple(entry['full_shape'])} in the checkpoint "
-                                  f"{step_dir}, {p.dtype} {tuple(full_shape)} in the model")
+                                  f"{step_dir}, {dtype} {tuple(full_shape)} in the model")
         entries[name] = entry
     return entries
 
@@ -94,7 +96,7 @@ def load_checkpoint(path, model):
     check_config(manifest, model.config, step_dir)
     check_layout(model.config, mesh.tp, mesh.pp)
     params = named_parameters(model)
-    entries = check_entries(manifest, params, step_dir)
+    entries = check_entries(manifest, params, step_dir, model.amp.policy.master_dtype if model.amp else None)
     resharded = not same_layout(manifest, mesh.sizes(), mesh.world, entries)
     own = shard_name(mesh.world.rank)
     verify_files(mesh.world, step_dir, manifest)
@@ -109,7 +111,7 @@ def load_checkpoint(path, model):
         hook_state = None if resharded else {k[len(HOOK_PREFIX):]: read(own, k) for k in read.keys(own, HOOK_PREFIX)}
     finally:
         read.close()
-    with model.full_parameters(writeback=True):  # ZeRO-3: this rank keeps its chunk of them
+    with model.full_parameters(writeback=True):  # ZeRO-2/3: this rank keeps its chunk of them
         for name, p in params.items():
             p.data[...] = values[name]
     model.master_parameters_changed()

@@ -56,7 +56,7 @@ class PipelineStage(GPTEnds, nn.Module):
         self.config = model.config
         self.stage, self.num_stages = stage, num_stages
         self.is_first, self.is_last = stage == 0, stage == num_stages - 1
-        self.first_parts, self.last_parts = model.first_parts, model.last_parts
+        self.first_parts, self.last_parts, self.tied_reads = model.first_parts, model.last_parts, model.tied_reads
         for name in self.first_parts if self.is_first else ():
             setattr(self, name, getattr(model, name))
         self.blocks = GlobalBlocks({i: model.blocks[i] for i in block_range})

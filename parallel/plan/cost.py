@@ -165,13 +165,17 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
 
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp * cp)
     replicas = layout.dp * cp
-    grad_bytes = max(param_count(config, layout.tp, p, i, balance) for i in range(p)) \
-        * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
+    count = max(param_count(config, layout.tp, p, i, balance) for i in range(p))
+    grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
+    # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
+    gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
     if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
-        dp_time = (2 * m + 1) * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
+        dp_time = (2 * m * all_gather(replicas, gather_bytes, dp_alpha, dp_beta)
+                   + all_gather(replicas, grad_bytes, dp_alpha, dp_beta))
         dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
     elif layout.zero:
-        dp_time = 2 * all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
+        dp_time = all_gather(replicas, grad_bytes, dp_alpha, dp_beta) + all_gather(replicas, gather_bytes, dp_alpha,
+                                                                                    dp_beta)
         dp_how = "reduce-scatter + all-gather"
     else:
         stage = max(range(p), key=lambda i: param_count(config, layout.tp, p, i, balance))

@@ -26,8 +26,8 @@ class Precision:
     # (grad_bytes under a mixed policy: the 16-bit gradient + the fp32 master gradient)
     activation_bytes: int
     flops_keys: tuple         # profile peak_flops entries to use, first found wins
-    master_bytes: int = 0     # a float32 master weight every rank keeps whole (minitensor.amp; ZeRO-1 shards
-                              # only the moments), counted with the optimizer state
+    master_bytes: int = 0     # a float32 master weight (minitensor.amp; whole under ZeRO-0/1, 1/R of it under
+                              # ZeRO-2/3), counted with the optimizer state
     reduce_bytes: int = 0     # bytes per gradient element the dp reduction moves (0: grad_bytes)
 
     @property
@@ -57,7 +57,8 @@ def policy_precision(policy):
     """Bytes per parameter under `policy` as minitensor.amp keeps them. Mixed (2-byte compute,
     4-byte masters): the paper's 2 + 2 + 12 (16-bit weight and gradient; fp32 master and two
     AdamW moments) plus the 4-byte master gradient the float32 reduction needs (Megatron's
-    main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole).
+    main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole);
+    ZeRO-2/3 shard the masters too and keep only the float32 gradient chunk (memory.py).
     Uniform: the dtype's weight, gradient and two moments."""
     compute, master = np.dtype(policy.compute_dtype).itemsize, np.dtype(policy.master_dtype).itemsize
     # 16-bit GEMMs run at the device's 16-bit peak; a CPU lists none, and there minitensor

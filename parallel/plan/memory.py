@@ -45,8 +45,12 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
         3  P/R·param + P/R·grad + P/R·optim         each unit is cut into R equal chunks)
     ZeRO-3's transient all-gathered units are not in these static figures.
     `dtype` may be a precision policy (minitensor.amp: "fp16", "bf16", or a PrecisionPolicy);
-    its float32 master weights (P·master, whole on every rank: only ZeRO-1 composes with a
-    mixed policy here) count as optimizer state.
+    its float32 master weights count as optimizer state: P·master, whole on every rank under
+    ZeRO-0/1, P/R·master under ZeRO-2/3, whose buckets keep the masters' chunks. Under
+    ZeRO-2/3 the kept gradient is the reduced chunk, in the reduction's dtype (the float32
+    master gradient: the 16-bit full gradients live only until their reduce-scatter), so a
+    mixed policy holds per parameter 2 + (4 + 12)/R bytes under ZeRO-2 and (2 + 4 + 12)/R
+    under ZeRO-3, beside the paper's 2 + 2 + 12 with 16-bit gradient chunks.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -58,8 +62,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     count, sharded = sum(units), sum(-(-unit // replicas) for unit in units)
     optim_count = {0: count, 1: -(-count // replicas)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
-            "grads": (sharded if zero >= 2 else count) * precision.grad_bytes,
-            "optim": optim_count * precision.optim_bytes + count * precision.master_bytes}
+            "grads": sharded * precision.dp_grad_bytes if zero >= 2 else count * precision.grad_bytes,
+            "optim": optim_count * precision.optim_bytes + (sharded if zero >= 2 else count) * precision.master_bytes}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,

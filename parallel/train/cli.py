@@ -166,9 +166,6 @@ def check_args(args, world_size):
     if args.batch % (args.dp * args.microbatches):
         raise ValueError(f"--batch {args.batch} is not divisible by --dp {args.dp} x --microbatches "
                          f"{args.microbatches} = {args.dp * args.microbatches}")
-    if args.zero == 3 and args.model == "bert":
-        raise ValueError("--zero 3 with --model bert: the MLM head reads the token embedding's weight outside the "
-                         "embedding's forward, and ZeRO-3 gathers a unit only around its own forward; use --zero 2")
     if args.cp > 1 and args.model == "bert":
         raise ValueError(f"--cp {args.cp} with --model bert: a BERT's segment of each token counts the separators "
                          "before it in the whole sequence, which a cp rank does not hold; use --cp 1")
@@ -195,9 +192,6 @@ def check_args(args, world_size):
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
     precision_policy(args.precision)  # bf16 without the ml_dtypes package: how to install it
-    if args.precision in ("fp16", "bf16") and args.zero > 1:
-        raise ValueError(f"--precision {args.precision} with --zero {args.zero}: ZeRO-2/3's sharded buckets hold the "
-                         f"compute parameters, not float32 masters; use --zero 1 or leave out --precision")
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:

@@ -247,3 +247,74 @@ def test_buckets_hold_parameters_in_reverse_order_and_start_during_backward(over
         # Overlapped, every bucket but the last starts before backward reaches the first layer;
         # without overlap, all of them wait for the end of backward.
         assert [done for _, done in calls] == ([False] * 4 + [True] if overlap else [True] * 5)
+
+
+# --- a 16-bit model (minitensor.amp): gradients reduced in float32 -----------------------------
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(np.ones(1, np.float32))
+
+    def forward(self, x):
+        return (self.w * mt.tensor(x)).sum()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the float16 sum, on purpose
+@pytest.mark.parametrize("reduce_dtype", [np.float32, None], ids=["float32", "float16"])
+def test_a_float16_models_gradients_are_summed_in_float32_and_their_mean_rounded_once(reduce_dtype):
+    # Each rank's float16 gradient is 40000 (finite: float16 ends at 65504); their sum, 80000, is not.
+    # Summed in float32 the mean is 40000 on every rank; summed in float16 the sum overflows to inf.
+    from minitensor.amp import MixedPrecision, precision_policy
+
+    def rank_fn():
+        model = Scaled()
+        amp = MixedPrecision(model.parameters(), precision_policy("fp16"), init_scale=1.0)
+        ddp = DataParallel(model, parallel.world(), reduce_dtype=reduce_dtype)
+        amp.backward(ddp(np.full(1, 40000.0 + parallel.world().rank * 8, np.float16)))
+        amp.grads_to_master()
+        return model.w.grad.dtype, amp.masters[0].grad, ddp.buckets[0].buffer.dtype
+
+    for grad_dtype, master_grad, buffer_dtype in run_threads(2, rank_fn, timeout=30):
+        assert grad_dtype == np.float16
+        if reduce_dtype is None:
+            assert buffer_dtype == np.float16 and np.isinf(master_grad).all()
+        else:
+            assert buffer_dtype == np.float32
+            np.testing.assert_array_equal(master_grad, np.float32(np.float16(40004.0)))  # the mean, rounded once
+
+
+def test_a_16_bit_model_under_data_parallelism_equals_one_device_under_the_same_policy():
+    # the GPT in float16 with float32 masters on 2 ranks (rank-specific rows) against one device on the
+    # global batch under the same policy: a few 16-bit roundings moved (each rank rounds its own
+    # half-batch gradient), within 10 eps of float16; a missing mean (twice the gradient) is far outside
+    from minitensor.amp import MixedPrecision, precision_policy
+    from minitensor.models.gpt import GPT, GPTConfig
+    from minitensor.optim import AdamW
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, d_model=16)
+    rng = np.random.default_rng(5)
+    data = [(rng.integers(0, 11, (4, 8)), rng.integers(0, 11, (4, 8))) for _ in range(3)]
+
+    def train(group=None):
+        mt.manual_seed(0)
+        model = GPT(config)
+        amp = MixedPrecision(model.parameters(), precision_policy("fp16"), init_scale=2.0**8)
+        forward = model if group is None else DataParallel(model, group, reduce_dtype=np.float32)
+        optimizer = AdamW(amp.masters, lr=1e-4)
+        rows = slice(None) if group is None else slice(2 * group.rank, 2 * group.rank + 2)
+        grads = []
+        for idx, targets in data:
+            amp.backward(forward(idx[rows], targets[rows])[1])
+            amp.grads_to_master()
+            grads.append([m.grad / amp.scaler.scale for m in amp.masters])
+            assert amp.step(optimizer)
+            amp.zero_grad()
+        return grads
+
+    ref = train()
+    for grads in run_threads(2, lambda: train(parallel.world()), timeout=60):
+        for step, (got, want) in enumerate(zip(grads, ref)):
+            scale = max(float(np.abs(g).max()) for g in want)
+            worst = max(float(np.abs(a - b).max()) for a, b in zip(got, want)) / scale
+            doubled = max(float(np.abs(2 * a - b).max()) for a, b in zip(got, want)) / scale
+            assert worst <= 10 * 2.0**-10 < 100 * 2.0**-10 < doubled, (step, worst, doubled)

@@ -12,13 +12,13 @@ import minitensor as mt
 import parallel
 from minitensor import nn
 from minitensor.models.gpt import GPTConfig
-from parallel import DataParallel, FullyShardedDataParallel, run_threads
+from parallel import DataParallel, FullyShardedDataParallel, HybridGPT, Mesh, run_threads
 from parallel.fully_sharded import check_gathers, gathers_due
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
 from dp_common import check_fully_sharded, make_data, run_fully_sharded, run_single  # noqa: E402
 from helpers import assert_close  # noqa: E402
-from hybrid_common import check_against_single, make_batches, run_hybrid  # noqa: E402
+from hybrid_common import check_against_single, make_batches, make_model, run_hybrid  # noqa: E402
 from hybrid_common import run_single as run_single_gpt  # noqa: E402
 from strategies import seeds, zero_layouts  # noqa: E402
 
@@ -139,3 +139,60 @@ def test_stage_3_keeps_one_nth_of_the_parameters_and_nan_placeholders_between_st
 def test_bad_arguments_are_clear_errors(stage, units, message):
     with pytest.raises(ValueError, match=message):
         FullyShardedDataParallel(Branchy(), parallel.world(), stage=stage, units=units)
+
+
+@pytest.mark.parametrize("numel, n", [(2, 7), (5, 4), (12, 4), (1, 1)])
+def test_every_rank_gets_a_full_chunk_of_the_padded_values_however_small_the_unit(numel, n):
+    # 2 elements over 7 ranks: chunks of 1, ranks 2..6 hold padding only (a buffer of numel +
+    # shard_size elements gave rank 6 an empty chunk, and AdamW a shape mismatch)
+    from parallel.reducer import Bucket, padded_length, values_chunk
+    bucket = Bucket([nn.Parameter(np.arange(1.0, numel + 1))], length=padded_length(numel, n))
+    bucket.shard_size = bucket.buffer.size // n
+    chunks = [values_chunk(bucket, rank) for rank in range(n)]
+    assert all(chunk.shape == (bucket.shard_size,) for chunk in chunks)
+    np.testing.assert_array_equal(np.concatenate(chunks)[:numel], np.arange(1.0, numel + 1))
+    assert not np.concatenate(chunks)[numel:].any()
+
+
+# --- HybridGPT: each unit's reduce-scatter starts inside backward ---------------------------
+
+GPT_CONFIG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, d_model=16)
+
+
+def one_batch(layout, m):
+    """(dp bucket events, end of the schedule's last action, dp bytes, padded elements) of a
+    HybridGPT's first global batch (8 sequences of 8 tokens) on this rank."""
+    model = HybridGPT(make_model(GPT_CONFIG, 3), Mesh(layout["dp"], 1, layout["pp"]), microbatches=m,
+                      zero=layout["zero"], schedule=layout.get("schedule", "1f1b"))
+    model.configure_optimizer()
+    idx = np.random.default_rng(parallel.world().rank).integers(0, GPT_CONFIG.vocab_size, (8, 8))
+    model.reset_communication_stats()
+    model.train_step(idx, idx)
+    events = model.events()
+    schedule_end = max(e.end for e in events if e.kind != "dp_bucket")
+    dp_bytes = sum(c["bytes"] for (name, _), c in model.communication_stats().items() if name == "dp")
+    padded = sum(b.shard_size * model.mesh.dp for b in model.dp_reducer.buckets)
+    return [e for e in events if e.kind == "dp_bucket"], schedule_end, dp_bytes, padded, len(model.dp_reducer.buckets)
+
+
+@pytest.mark.parametrize("layout", [dict(dp=2, pp=1, zero=2), dict(dp=2, pp=2, zero=3),
+                                    dict(dp=2, pp=2, zero=3, schedule="zb-h1")], ids=["zero2", "zero3-pp2", "zb-h1"])
+def test_every_units_reduce_scatter_starts_before_the_schedule_ends(layout):
+    # After the schedule only the waits are left: each unit's reduce-scatter was issued from the
+    # gradient hook of its last micro-batch's backward (zb-h1: its W), while the backward of the
+    # units before it still ran. (Issued after the schedule, every start would be past its end.)
+    world = layout["dp"] * layout["pp"]
+    for buckets, schedule_end, _, _, count in run_threads(world, one_batch, layout, 2, timeout=60):
+        assert len(buckets) == count
+        assert all(bucket.start < schedule_end for bucket in buckets), (schedule_end, buckets)
+
+
+@pytest.mark.parametrize("zero, m", [(2, 1), (2, 4), (3, 1), (3, 2), (3, 4)])
+def test_dp_bytes_per_batch_equal_the_formula_at_any_micro_batch_count(zero, m):
+    # one reduce-scatter of every unit per global batch, whatever m; ZeRO-2's all-gather comes with
+    # the optimizer step (not here), ZeRO-3 gathers every unit for each micro-batch's forward and
+    # backward: 2m + 1 passes of Ψ(n-1)/n, 1.5x ZeRO-2's step at m = 1 (+ the loss's all-reduce)
+    n = 2
+    for _, _, dp_bytes, padded, _ in run_threads(n, one_batch, dict(dp=n, pp=1, zero=zero), m, timeout=60):
+        passes = 2 * m + 1 if zero == 3 else 1
+        assert dp_bytes == passes * padded * (n - 1) // n * 8 + (n - 1) * 8 * 2 // n

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+import minitensor as mt
 import parallel
 from minitensor import nn
 from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPTConfig
 from parallel import HybridGPT, Mesh, run_threads
-from parallel.comm.threads import single_rank_group
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid, run_single, tiny_config  # noqa: E402
-from strategies import hybrid_layouts, seeds, zero_bubble_layouts  # noqa: E402
+from strategies import hybrid_layouts, seeds, zero_bubble_layouts, zero_layouts  # noqa: E402
 
 STEPS = 3
 
@@ -210,8 +210,8 @@ def test_each_stage_seeds_its_dropout_streams_with_the_run_seed_plus_its_index()
 
 # --- BERT: the same layers, other ends (a tied embedding, segments, MLM labels) ----------
 
-@settings(max_examples=15)  # the GPT's layouts above cover the blocks; these the ends
-@given(drawn=hybrid_layouts(), seed=seeds)
+@settings(max_examples=15)  # the GPT's layouts above cover the blocks; these the ends (with any ZeRO stage)
+@given(drawn=zero_layouts(), seed=seeds)
 def test_bert_in_any_layout_equals_one_device(drawn, seed):
     check_layout(drawn["layout"], BertConfig(**drawn["config"], sep_id=1), drawn["micro_batch"], drawn["seq"],
                  drawn["accumulate"], seed)
@@ -219,13 +219,31 @@ def test_bert_in_any_layout_equals_one_device(drawn, seed):
 
 @pytest.mark.parametrize("spec", [layout(tp=2, pp=2, microbatches=2), layout(dp=2, pp=3, microbatches=3, zero=True),
                                   layout(tp=2, pp=2, microbatches=2, sequence_parallel=True),
-                                  layout(dp=2, pp=2, microbatches=2, zero=2), layout(dp=2, tp=2, zero=2)])
+                                  layout(dp=2, pp=2, microbatches=2, zero=2), layout(dp=2, tp=2, zero=2),
+                                  layout(dp=2, pp=2, microbatches=2, zero=3), layout(dp=2, tp=2, microbatches=2, zero=3)])
 def test_bert_with_its_embedding_and_head_on_different_stages_equals_one_device(spec):
     config = tiny_config(spec, config_class=BertConfig, vocab_size=9)
     check_layout(spec, config, micro_batch=2, seq=4, accumulate=1, seed=7, steps=2)
 
 
-def test_zero_3_refuses_a_model_that_ties_its_ends():
-    bert = BERT(BertConfig(vocab_size=9, block_size=4, n_layer=1, n_head=2, d_model=4, sep_id=1))
-    with pytest.raises(ValueError, match="zero=3 with a BERT, whose head reads the token embedding"):
-        HybridGPT(bert, Mesh(1, 1, 1, world=single_rank_group()), zero=3)
+def test_zero_3_gathers_the_tied_embedding_for_the_head_and_reduce_scatters_it_once():
+    # BERT on one stage: the MLM head reads tok_emb's weight, so its forward is a second use of the
+    # tok_emb unit, gathered around the head (nested: it finishes first, so backward gathers it
+    # second); both uses' gradients add into one .grad, reduce-scattered once with the others
+    config = BertConfig(vocab_size=9, block_size=4, n_layer=1, n_head=2, d_model=4, sep_id=1)
+
+    def rank_fn():
+        mt.manual_seed(0)
+        model = HybridGPT(BERT(config).double(), Mesh(2, 1, 1), zero=3)
+        model.configure_optimizer()
+        idx = np.random.default_rng(parallel.world().rank).integers(0, 9, (4, 4))
+        model.reset_communication_stats()
+        model.train_step(idx, idx)
+        stats = model.communication_stats()
+        return model.shardings[0].schedule(), stats[("dp", "reduce_scatter")]["calls"], len(model.dp_reducer.buckets)
+
+    for schedule, scatters, buckets in run_threads(2, rank_fn, timeout=60):
+        units = ["tok_emb", "pos_emb", "seg_emb", "blocks.0", "ln_f", "mlm_head", "tok_emb"]
+        assert schedule == [("forward", u) for u in units] + [("backward", u) for u in
+                                                                 ["mlm_head", "tok_emb", *units[-3::-1]]]
+        assert scatters == buckets == 6  # tok_emb, pos_emb, seg_emb, blocks.0, ln_f, mlm_head: once each

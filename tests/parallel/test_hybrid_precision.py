@@ -8,13 +8,15 @@
   bias's) into a full ±lr step, so after a step two 16-bit runs' weights may differ by
   2·lr: these runs use lr = 1e-4 (LR16) and allow 2·lr per step on the weights.
 * fp64 and fp32 policies are the plain run, bit for bit.
+* ZeRO-2/3 under a 16-bit policy keep 1/n of the float32 masters in their flat shards and
+  gather the 16-bit copies: the same arithmetic as ZeRO-0 under that policy, bit for bit.
 * Checkpoints hold the float32 masters and the scaler's state.
 """
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import hybrid_layouts, seeds
+from strategies import seeds, zero_layouts
 
 import minitensor as mt
 from minitensor import dtypes
@@ -126,13 +128,15 @@ def worst_difference(history, ref, eps, floor=None):
     ("fp16", dict(dp=2, tp=1, pp=2, microbatches=2, zero=True), 2),
     pytest.param("bf16", dict(dp=1, tp=2, pp=2, microbatches=2, sequence_parallel=True), 1, marks=needs_bf16),
     pytest.param("bf16", dict(dp=2, tp=2, pp=1, microbatches=1), 2, marks=needs_bf16),
+    ("fp16", dict(dp=2, tp=1, pp=2, microbatches=2, zero=3), 2),
+    pytest.param("bf16", dict(dp=4, tp=1, pp=1, microbatches=2, zero=2), 1, marks=needs_bf16),
 ])
 def test_a_16_bit_layout_equals_one_device_under_the_same_policy(precision, layout, accumulate):
     check_16_bit_layout(precision, layout, accumulate, CONFIG, batches(3 * accumulate))
 
 
 @settings(max_examples=6, deadline=None)  # each example trains up to 8 threads x 3 steps in 16 bits
-@given(drawn=hybrid_layouts(), precision=st.sampled_from(["fp16"] + (["bf16"] if dtypes.bfloat16 else [])),
+@given(drawn=zero_layouts(), precision=st.sampled_from(["fp16"] + (["bf16"] if dtypes.bfloat16 else [])),
        seed=seeds)
 def test_any_16_bit_layout_equals_one_device_under_the_same_policy(drawn, precision, seed):
     layout, config = drawn["layout"], GPTConfig(**drawn["config"])
@@ -164,6 +168,37 @@ def check_16_bit_layout(precision, layout, accumulate, config, data, floor=None)
     # The tolerance tells layouts apart: a missing 1/dp (twice the gradient) is far outside it.
     doubled = [(loss, {n: 2 * g for n, g in grads.items()}, params) for loss, grads, params in histories[0]]
     assert worst_difference(doubled, ref, eps, floor) > 100 * eps
+
+
+@pytest.mark.parametrize("precision", ["fp16", pytest.param("bf16", marks=needs_bf16)])
+@pytest.mark.parametrize("base", [dict(dp=2, tp=2, pp=2, microbatches=2), dict(dp=4, tp=1, pp=1, microbatches=1)],
+                         ids=["dp2-tp2-pp2", "dp4"])
+def test_zero_2_and_3_under_a_16_bit_policy_are_zero_0_bit_for_bit(precision, base):
+    # The sharded masters take exactly ZeRO-0's steps: the same 16-bit copies (the rounding of a
+    # master chunk gathered = the gather of the rounded chunk), the same float32 sums (the threads
+    # backend adds in rank order both ways), AdamW elementwise on the chunks. A master kept in 16
+    # bits or a 16-bit reduction would change bits. (One global batch per step: accumulating
+    # several, ZeRO-0 adds their gradients in 16 bits, ZeRO-2/3 reduce each and add in float32.)
+    data = batches(3)
+
+    def run(zero):
+        model = hybrid(dict(base, zero=zero), precision, scaler=SCALER16, lr=LR16)
+        history = []
+        for idx, targets in data:
+            model.train_step(idx, targets)
+            history.append(model.full_grads())
+            model.optimizer_step()
+            history.append(model.full_state_dict())
+        return history
+
+    world = base["dp"] * base["tp"] * base["pp"]
+    plain = run_threads(world, run, 0, timeout=120)[0]
+    for zero in (2, 3):
+        sharded = run_threads(world, run, zero, timeout=120)[0]
+        for got, ref in zip(sharded, plain):
+            for name in ref:
+                assert got[name].dtype == np.float32
+                np.testing.assert_array_equal(got[name], ref[name], err_msg=f"zero={zero} {name}")
 
 
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])
@@ -221,3 +256,43 @@ def test_a_checkpoint_holds_the_float32_masters_and_the_scaler_and_resumes_in_an
             for name, p in compute.items():  # and the compute copies are their rounding
                 assert p.dtype == np.float16
                 np.testing.assert_array_equal(p, local_masters[name].data.astype(np.float16))
+
+
+def test_a_zero_3_16_bit_checkpoint_resumes_bitwise_and_reshards_to_one_device(tmp_path):
+    # The masters live only as chunks: the checkpoint gathers them whole by name (float32), the
+    # moments by element range; resumed in the same layout the run continues bit for bit, and
+    # one device loads the same float32 masters.
+    data = batches(3)
+    layout = dict(dp=2, tp=1, pp=1, microbatches=2, zero=3)
+    scaler = dict(init_scale=2.0**12, growth_interval=1)
+
+    def train(save_at=None, load=False):
+        model = hybrid(layout, "fp16", scaler=scaler)
+        first = 2 if load else 0
+        if load:
+            load_checkpoint(tmp_path, model)
+        saved = None
+        for step, (idx, targets) in enumerate(data[first:], first):
+            if step == save_at:
+                save_checkpoint(tmp_path, model, step=step)
+                saved = model.full_state_dict()
+            model.train_step(idx, targets)
+            model.optimizer_step()
+        return model.amp.scaler.state_dict(), model.full_state_dict(), saved
+
+    def one_device():
+        model = hybrid(dict(dp=1, tp=1, pp=1), "fp16", scaler=scaler)
+        load_checkpoint(tmp_path, model)
+        return model.full_state_dict(), {name: p.data.copy() for name, p in model.named_parameters()}
+
+    scale, final, saved = run_threads(2, train, 2, timeout=120)[0]
+    resumed_scale, resumed, _ = run_threads(2, train, None, True, timeout=120)[0]
+    assert resumed_scale == scale and scale["scale"] == 2.0**15  # three clean steps, growth_interval 1
+    for name, value in final.items():
+        np.testing.assert_array_equal(resumed[name], value)
+    masters, compute = one_device()
+    for name, value in saved.items():
+        assert value.dtype == np.float32
+        np.testing.assert_array_equal(masters[name], value)
+        assert compute[name].dtype == np.float16  # and the compute copies are their rounding
+        np.testing.assert_array_equal(compute[name], value.astype(np.float16))

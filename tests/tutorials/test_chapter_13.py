@@ -13,7 +13,7 @@ def test_who_holds_what_measures_the_formula_on_every_rank_and_equals_one_device
     out = run_script(CH13 + "who_holds_what.py", **how)
     n = how.get("threads", how.get("mpi_ranks"))
     verdicts = re.findall(r"formula [\d,]+ B; every rank equal to it: (\w+)", out)
-    assert verdicts == ["True"] * 12  # params, grads, optim for stages 0-3
+    assert verdicts == ["True"] * 15  # params, grads, optim for stages 0-3, and stage 3 under fp16
     comm = re.findall(r"dp bytes per step on rank 0: ([\d,]+) \(formula (\d)Ψ\(n-1\)/n \+ the loss: ([\d,]+)\)", out)
     assert [factor for _, factor, _ in comm] == ["2", "2", "2", "3"] and all(a == b for a, _, b in comm)
     assert all(d <= 1e-12 for d in numbers_after("vs one device:", out))
@@ -21,6 +21,11 @@ def test_who_holds_what_measures_the_formula_on_every_rank_and_equals_one_device
                                                        out).groups()]
     assert held == sorted(held, reverse=True) and number_after("stage 3 saves", out) == pytest.approx(n, rel=0.01)
     assert re.search(rf"blocks\.0 +[\d,]+ elements: rank 0 \[0, [\d,]+\).*rank {n - 1} \[", out)
+    # stage 3 under fp16: 18 bytes per chunk element, and ZeRO-0's step under the same policy, bit for bit
+    formula, measured = re.search(r"\(2 \+ 4 \+ 12\) B x [\d,]+ chunk elements = ([\d,]+) B; measured ([\d,]+) B",
+                                  out).groups()
+    assert formula == measured
+    assert number_after("vs ZeRO-0 under fp16:", out) == 0
 
 
 def test_prefetch_issues_every_forward_gather_ahead_and_holds_two_units():

@@ -7,7 +7,9 @@ Trains the same float64 GPT under data parallelism with each ZeRO stage (0 is pl
 DP) for a few AdamW steps and prints, per stage: which rank holds which chunk of each
 unit, the bytes every rank holds by kind as bars (measured from the live arrays, the
 formula of Rajbhandari et al. 2020 beside), the bytes communicated per step against
-the formula, and the largest difference from one device.
+the formula, and the largest difference from one device. Last, stage 3 under a 16-bit
+policy (float32 GPT, fp16 compute): the chunks hold the float32 masters, and the step is
+ZeRO-0's under the same policy.
 """
 import parallel
 import numpy as np
@@ -23,9 +25,9 @@ KINDS = ("params", "grads", "optim")
 LR = 1e-2
 
 
-def fresh_gpt():
+def fresh_gpt(dtype=np.float64):
     mt.manual_seed(0)
-    return GPT(CONFIG).double()
+    return GPT(CONFIG, dtype=np.dtype(dtype))
 
 
 def batches(steps, size):
@@ -43,9 +45,12 @@ def one_device(data):
     return model.state_dict()
 
 
-def train(group, stage, data):
-    """(bytes held after the last sync, dp bytes per step, parameters after the steps, model)."""
-    model = parallel.HybridGPT(fresh_gpt(), parallel.Mesh(group.size, 1, 1, world=group), zero=stage)
+def train(group, stage, data, precision=None):
+    """(bytes held after the last sync, dp bytes per step, parameters after the steps, model);
+    with a precision policy the GPT is built in float32, its master dtype."""
+    gpt = fresh_gpt(np.float64 if precision is None else np.float32)
+    model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, world=group), zero=stage, precision=precision,
+                               scaler=dict(init_scale=2.0**8))
     model.configure_optimizer(lr=LR)
     for idx in data:
         model.reset_communication_stats()
@@ -53,7 +58,7 @@ def train(group, stage, data):
         model.finish_grad_sync()
         held = model.memory_bytes()
         model.optimizer_step()
-    held["optim"] = model.optimizer.state_bytes()
+    held["optim"] = model.memory_bytes()["optim"]  # AdamW makes its states in the first step
     comm = sum(c["bytes"] for (name, _), c in model.communication_stats().items() if name == "dp")
     return held, comm, model.full_state_dict(), model
 
@@ -74,6 +79,22 @@ def bar(nbytes, largest, width=32):
     return "#" * max(1, round(width * nbytes / largest)) if nbytes else ""
 
 
+def print_bars(everyone, formula, largest, n):
+    for column, kind in enumerate(KINDS):
+        for r in range(n):
+            print(f"  {kind:<6} rank {r} {bar(everyone[r, column], largest):<32} {everyone[r, column]:>9,} B")
+        print(f"  {kind:<6} formula {formula[kind]:,} B; every rank equal to it: "
+              f"{all(everyone[r, column] == formula[kind] for r in range(n))}")
+
+
+def sixteen_bit(group, data):
+    """Stage 3 and plain DP under fp16: (every rank's bytes by kind, the largest difference)."""
+    held, _, sharded, _ = train(group, 3, data, "fp16")
+    _, _, plain, _ = train(group, 0, data, "fp16")
+    worst = max(float(np.abs(sharded[k] - plain[k]).max()) for k in plain)
+    return group.all_gather(np.array([[held[k] for k in KINDS]])), worst
+
+
 def main(args):
     group = parallel.world()
     n = group.size
@@ -87,6 +108,7 @@ def main(args):
                     for k in reference)
         everyone = group.all_gather(np.array([[held[k] for k in KINDS]]))
         results[stage] = (everyone, comm, worst, chunks(model, group) if stage > 1 else [])
+    mixed, mixed_worst = sixteen_bit(group, data)
     if group.rank != 0:
         return
     print(parallel.launch.launch_report(group))
@@ -99,11 +121,7 @@ def main(args):
         title = ["plain data parallelism", "ZeRO-1: states sharded", "ZeRO-2: + gradients sharded",
                  "ZeRO-3: + parameters sharded"][stage]
         print(f"stage {stage} ({title})")
-        for column, kind in enumerate(KINDS):
-            for r in range(n):
-                print(f"  {kind:<6} rank {r} {bar(everyone[r, column], largest):<32} {everyone[r, column]:>9,} B")
-            print(f"  {kind:<6} formula {formula[kind]:,} B; every rank equal to it: "
-                  f"{all(everyone[r, column] == formula[kind] for r in range(n))}")
+        print_bars(everyone, formula, largest, n)
         for line in spans:
             print(line)
         moved = 3 if stage == 3 else 2
@@ -114,6 +132,13 @@ def main(args):
     static = {s: int(r[0][0].sum()) for s, r in results.items()}
     print("bytes per rank, stage 0 → 3: " + " → ".join(f"{static[s]:,}" for s in range(4))
           + f"  (stage 3 saves {static[0] / static[3]:.2f}x on {n} ranks)")
+    chunk = sum(-(-u // n) for u in units)  # elements of every unit's chunk on one rank
+    print("\nstage 3 under fp16 (float32 GPT: 16-bit compute chunks, float32 master chunks and moments, "
+          "gradients reduce-scattered in float32)")
+    print_bars(mixed, param_bytes_per_rank(CONFIG, n, 1, 1, (0, 0, 0), "fp16", 3), largest, n)
+    print(f"  per rank: (2 + 4 + 12) B x {chunk:,} chunk elements = {18 * chunk:,} B; "
+          f"measured {int(mixed[0].sum()):,} B")
+    print(f"  largest parameter difference after {args.steps} steps vs ZeRO-0 under fp16: {mixed_worst:.1e}")
 
 
 if __name__ == "__main__":

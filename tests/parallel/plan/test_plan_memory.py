@@ -18,6 +18,7 @@ from parallel.plan.memory import (
     micro_batch_size,
     peak_memory,
 )
+from parallel.plan.model import unit_param_counts
 from parallel.plan.validate import measure_memory
 
 SMALL = get_config("small")
@@ -134,11 +135,13 @@ def test_in_flight_micro_batches_are_the_schedule_checkers_peaks():
 
 @pytest.mark.parametrize("precision, layout", [
     ("fp16", dict(dp=1, tp=1, pp=1, zero=False)), ("fp16", dict(dp=2, tp=1, pp=1, zero=True)),
+    ("fp16", dict(dp=3, tp=1, pp=2, zero=3)), ("fp16", dict(dp=2, tp=2, pp=1, zero=2)),
     pytest.param("bf16", dict(dp=1, tp=2, pp=1, zero=False), marks=pytest.mark.skipif(
         dtypes.bfloat16 is None, reason="!!! ml_dtypes is NOT installed: this bfloat16 test did NOT run !!!")),
 ])
 def test_memory_under_a_precision_policy_equals_the_live_arrays(precision, layout):
-    # 16-bit weight and gradient, fp32 master gradient, fp32 master and moments (moments sharded by ZeRO-1)
+    # 16-bit weight and gradient, fp32 master gradient, fp32 master and moments (moments sharded by ZeRO-1;
+    # under ZeRO-2/3 the masters too, and the kept gradient is the float32 chunk)
     config = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16)
 
     def measured():
@@ -146,7 +149,7 @@ def test_memory_under_a_precision_policy_equals_the_live_arrays(precision, layou
         model = HybridGPT(GPT(config), Mesh(layout["dp"], layout["tp"], layout["pp"]), zero=layout["zero"],
                           precision=precision, scaler=dict(init_scale=2.0**8))
         model.configure_optimizer()
-        idx = np.random.default_rng(0).integers(0, 12, (2, 8))
+        idx = np.random.default_rng(0).integers(0, 12, (6, 8))
         for _ in range(2):
             model.train_step(idx, idx)
             model.finish_grad_sync()
@@ -169,3 +172,15 @@ def test_a_mixed_policy_reduces_float32_gradients_and_counts_the_master_gradient
     assert (fp16.param_bytes, fp16.grad_bytes, fp16.optim_bytes, fp16.master_bytes) == (2, 2 + 4, 8, 4)
     assert fp16.dp_grad_bytes == 4 and get_precision("float32").dp_grad_bytes == 4  # the dp all-reduce moves float32
     assert get_precision("fp64") == get_precision("float64").__class__("fp64", 8, 8, 16, 8, ("float64",))
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 4])
+def test_zero_3_under_a_16_bit_policy_holds_2_plus_4_plus_12_bytes_over_the_replicas(replicas):
+    # per parameter of each unit's R equal chunks: a 16-bit chunk, its float32 gradient chunk,
+    # the float32 master chunk and two float32 moments; ZeRO-2 keeps the 16-bit parameters whole
+    config = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16)
+    chunks = sum(-(-unit // replicas) for unit in unit_param_counts(config, 1, 1, 0))
+    stage3 = param_bytes_per_rank(config, replicas, 1, 1, dtype="fp16", zero=3)
+    stage2 = param_bytes_per_rank(config, replicas, 1, 1, dtype="fp16", zero=2)
+    assert stage3 == {"params": 2 * chunks, "grads": 4 * chunks, "optim": 12 * chunks}
+    assert stage2 == dict(stage3, params=2 * GPT(config).num_parameters())
