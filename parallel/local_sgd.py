@@ -62,7 +62,23 @@ class DiLoCo:
             p.grad = None
         self.inner_steps = 0
 
+    def restart(self):
+        """Start an outer period from the parameters as they are (after loading a plain
+        checkpoint): they become the anchor, with no momentum and no inner steps yet."""
+        for p, anchor, velocity in zip(self.params, self.anchors, self.velocity):
+            anchor[...] = p.data
+            velocity[...] = 0
+        self.inner_steps = 0
+
+    def hyperparameters(self):
+        return {"local_steps": self.local_steps, "outer_lr": self.outer_lr, "outer_momentum": self.outer_momentum,
+                "nesterov": self.nesterov}
+
     def state_dict(self):
+        """This rank's state, as arrays: the anchor and Nesterov buffer per parameter (alike
+        on every replica) and the inner steps since the last sync. A checkpoint adds the
+        replica's own parameters and AdamW moments (parallel.checkpoint), so a run can stop
+        and resume between outer steps."""
         return {"inner_steps": np.array(self.inner_steps),
                 **{f"anchor.{i}": a.copy() for i, a in enumerate(self.anchors)},
                 **{f"velocity.{i}": v.copy() for i, v in enumerate(self.velocity)}}
