@@ -110,9 +110,11 @@ def main(argv):
     for dp in args.dp:
         for method in args.methods:
             steps = [runs.get(args, "steps", dp, "loopback", method, seed) for seed in args.seeds]
-            for link in args.links if args.timing_steps else []:
-                timing = [runs.get(args, "timing", dp, link, method, seed) for seed in args.seeds]
-                rows.append(summarise(dp, link, method, steps, timing))
+            # the links alternate, so that a change in the machine's load falls on all of them
+            timing = [[runs.get(args, "timing", dp, link, method, seed) for link in args.links]
+                      for seed in args.seeds] if args.timing_steps else []
+            for i, link in enumerate(args.links if args.timing_steps else []):
+                rows.append(summarise(dp, link, method, steps, [per_seed[i] for per_seed in timing]))
                 print_row(rows[-1], header=len(rows) == 1)
     print_ratios(rows)
     return 0

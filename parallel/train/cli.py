@@ -99,7 +99,8 @@ def build_parser():
                       help="compress the dp gradient all-reduce, with error feedback (default none)")
     comm.add_argument("--local-steps", type=int, metavar="H",
                       help="local SGD / DiLoCo: H AdamW steps per replica, then average the pseudo-gradients")
-    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 0.7)")
+    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 1 − the momentum: the "
+                      "anchor moves as far as the mean replica)")
     comm.add_argument("--outer-momentum", type=float, help="DiLoCo's outer Nesterov momentum (default 0.9)")
     comm.add_argument("--async-staleness", type=int, metavar="S", help="asynchronous parameter server: rank 0 "
                       "serves, --dp workers may compute on parameters up to S rounds old (world = dp + 1)")

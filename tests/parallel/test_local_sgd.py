@@ -127,8 +127,11 @@ def test_bad_local_steps_and_outer_figures_are_named():
     reducer = Reducer(params_of(MODELS["tiny"]()), parallel.world())
     with pytest.raises(ValueError, match="local_steps=0 must be an int ≥ 1"):
         DiLoCo(reducer, 0)
-    with pytest.raises(ValueError, match=r"outer_momentum=1.0 in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"outer_momentum=1.0 must be in \[0, 1\)"):
         DiLoCo(reducer, 2, outer_momentum=1.0)
+    with pytest.raises(ValueError, match="outer_lr=0 must be > 0"):
+        DiLoCo(reducer, 2, outer_lr=0)
+    assert DiLoCo(reducer, 2).outer_lr == pytest.approx(0.1)  # 1 − μ: a stride of 1
 
 
 # --- checkpoints ---------------------------------------------------------------------------
