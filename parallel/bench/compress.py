@@ -15,7 +15,8 @@ benchmark measures the two factors of the time to the target apart:
 
     steps     per (dp, method, seed): trained on loopback, evaluated every --eval-every steps,
               until held-out exact match reaches --target (95%) or --max-steps pass
-    timing    per (dp, link, method, seed): --timing-steps steps after 4 of warm-up, timed:
+    timing    per (dp, link, method, seed), after all the steps runs of that dp, in turn:
+              --timing-steps steps after 4 of warm-up, timed:
       bytes/step    dp bytes counted by the groups, mean per step (local SGD: one sync per H)
       modelled s    the link's modelled dp communication seconds, mean per step
       step s        wall time per step, the mean over the timed steps (evaluation excluded)
@@ -108,13 +109,16 @@ def main(argv):
           flush=True)
     runs, rows = Runs(args.results), []
     for dp in args.dp:
+        steps = {method: [runs.get(args, "steps", dp, "loopback", method, seed) for seed in args.seeds]
+                 for method in args.methods}
+        # All timed runs of one dp together, every method and link in turn per seed: the load of a
+        # shared machine changes over minutes and must fall on all of them alike.
+        timing = {(method, link, seed): runs.get(args, "timing", dp, link, method, seed)
+                  for seed in args.seeds for method in args.methods for link in args.links} if args.timing_steps else {}
         for method in args.methods:
-            steps = [runs.get(args, "steps", dp, "loopback", method, seed) for seed in args.seeds]
-            # the links alternate, so that a change in the machine's load falls on all of them
-            timing = [[runs.get(args, "timing", dp, link, method, seed) for link in args.links]
-                      for seed in args.seeds] if args.timing_steps else []
-            for i, link in enumerate(args.links if args.timing_steps else []):
-                rows.append(summarise(dp, link, method, steps, [per_seed[i] for per_seed in timing]))
+            for link in args.links if args.timing_steps else []:
+                rows.append(summarise(dp, link, method, steps[method], [timing[method, link, seed]
+                                                                         for seed in args.seeds]))
                 print_row(rows[-1], header=len(rows) == 1)
     print_ratios(rows)
     return 0
