@@ -258,7 +258,7 @@ class HybridGPT(ParallelModel):
         self.dp_reducer.register_comm_hook(hook)
         self.comm_hook = hook
 
-    def configure_local_sgd(self, local_steps, outer_lr=0.7, outer_momentum=0.9):
+    def configure_local_sgd(self, local_steps, outer_lr=None, outer_momentum=0.9):
         """Local SGD / DiLoCo over dp (parallel.local_sgd): no dp reduction per step; every
         `local_steps` optimizer steps the replicas average their pseudo-gradients."""
         if self.zero:

@@ -14,6 +14,13 @@ results; with an inner SGD step θ_i = θ − lr·g_i that is θ − lr·mean_i 
 synchronous data parallelism. (Δ = θ_i − θ instead, a sign slip real code has shipped,
 walks the other way.)
 
+The outer learning rate defaults to 1 − μ. While the Δ keep one direction (they do when H
+is small: AdamW's own momentum carries from one period to the next), v tends to Δ/(1 − μ)
+and the outer step to lr_out·Δ/(1 − μ): lr_out = 1 − μ moves the anchor as far as the mean
+replica moved, at the stride the inner learning rate was tuned for. DiLoCo's published
+(0.7, 0.9), tuned with a small inner learning rate and H = 500, is a 7× stride: at this
+project's learning rate and H = 4 the addition task stalled at 5% (chapter 12).
+
 The mean goes through the gradient `Reducer` of the data-parallel group: Δ is written into
 `.grad`, reduced bucket by bucket, and read back; `.grad` is cleared afterwards.
 """
@@ -23,12 +30,14 @@ import numpy as np
 class DiLoCo:
     """Outer optimizer over `reducer`'s parameters and group, synced every `local_steps` inner steps."""
 
-    def __init__(self, reducer, local_steps, outer_lr=0.7, outer_momentum=0.9, nesterov=True):
+    def __init__(self, reducer, local_steps, outer_lr=None, outer_momentum=0.9, nesterov=True):
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"DiLoCo: local_steps={local_steps!r} must be an int ≥ 1")
-        if not outer_lr > 0 or not 0 <= outer_momentum < 1:
-            raise ValueError(f"DiLoCo: outer_lr={outer_lr!r} must be > 0 and outer_momentum={outer_momentum!r} "
-                             f"in [0, 1)")
+        if not 0 <= outer_momentum < 1:
+            raise ValueError(f"DiLoCo: outer_momentum={outer_momentum!r} must be in [0, 1)")
+        outer_lr = 1 - outer_momentum if outer_lr is None else outer_lr  # a stride of 1 (docstring)
+        if not outer_lr > 0:
+            raise ValueError(f"DiLoCo: outer_lr={outer_lr!r} must be > 0")
         self.reducer, self.local_steps = reducer, local_steps
         self.outer_lr, self.outer_momentum, self.nesterov = outer_lr, outer_momentum, nesterov
         self.params = [p for bucket in reducer.buckets for p in bucket.params]
@@ -62,7 +71,23 @@ class DiLoCo:
             p.grad = None
         self.inner_steps = 0
 
+    def restart(self):
+        """Start an outer period from the parameters as they are (after loading a plain
+        checkpoint): they become the anchor, with no momentum and no inner steps yet."""
+        for p, anchor, velocity in zip(self.params, self.anchors, self.velocity):
+            anchor[...] = p.data
+            velocity[...] = 0
+        self.inner_steps = 0
+
+    def hyperparameters(self):
+        return {"local_steps": self.local_steps, "outer_lr": self.outer_lr, "outer_momentum": self.outer_momentum,
+                "nesterov": self.nesterov}
+
     def state_dict(self):
+        """This rank's state, as arrays: the anchor and Nesterov buffer per parameter (alike
+        on every replica) and the inner steps since the last sync. A checkpoint adds the
+        replica's own parameters and AdamW moments (parallel.checkpoint), so a run can stop
+        and resume between outer steps."""
         return {"inner_steps": np.array(self.inner_steps),
                 **{f"anchor.{i}": a.copy() for i, a in enumerate(self.anchors)},
                 **{f"velocity.{i}": v.copy() for i, v in enumerate(self.velocity)}}

@@ -7,7 +7,13 @@
     4. rebuild each dense tensor, cut this rank's piece, and only then assign them all
     5. in the same layout, restore this rank's random generators too (in another layout
        the dropout streams cannot continue: the masks are drawn per rank and shard), and
-       its communication hook's state (error feedback is per rank and bucket)
+       its per-rank states: the communication hook's (error feedback is per rank and
+       bucket) and local SGD's outer optimizer
+
+A local SGD checkpoint (manifest optimizer.outer) is the exception to "any layout": between
+outer steps every dp replica has its own parameters and AdamW moments, so it resumes in the
+layout it was saved in, each rank from its own file. A plain checkpoint loaded into a local
+SGD run starts its first outer period from the loaded parameters.
 
 Loading never writes to disk.
 """
@@ -18,8 +24,8 @@ import numpy as np
 from ..tensor_parallel.sharding import dense_shape
 from .files import CheckpointError, resolve, shard_name
 from .manifest import check_config, check_layout, read_manifest, verify_files
-from .reshard import dense, has_moments, local_piece
-from .state import HOOK_PREFIX, MOMENTS, load_moments, named_parameters, set_rng_state_json
+from .reshard import dense, has_moments, key, local_piece
+from .state import MOMENTS, RANK_STATES, load_moments, named_parameters, set_rank_states, set_rng_state_json
 
 
 def open_manifest(path):
@@ -83,6 +89,28 @@ class ShardReader:
             npz.close()
 
 
+def check_replicas(manifest, model, resharded, step_dir):
+    """A local SGD checkpoint (its replicas differ) resumes only into local SGD in its own layout."""
+    outer = manifest["optimizer"].get("outer")
+    if outer is None:
+        return False
+    saved = ", ".join(f"{axis}={size}" for axis, size in manifest["mesh"].items())
+    if getattr(model, "outer", None) is None or resharded:
+        raise CheckpointError(f"the checkpoint {step_dir} is of local SGD (local_steps={outer['local_steps']}): "
+                              f"each dp replica saved its own parameters and AdamW moments, so it resumes only "
+                              f"with local SGD in the layout it was saved in ({saved}, {manifest['world_size']} "
+                              f"ranks)")
+    return True
+
+
+def own_replica(entries, read, own):
+    """(parameters, moments) of this rank's replica from its own file (same layout)."""
+    values = {name: read(own, key("param", name)) for name in entries}
+    moments = {name: (e["step"], *(read(own, key(kind, name)) for kind in MOMENTS))
+               for name, e in entries.items() if has_moments(e)}
+    return values, moments
+
+
 def load_checkpoint(path, model):
     """Load the checkpoint at `path` into this rank's part of the `ParallelModel` `model`:
     parameters (the masters under a mixed precision policy), the optimizer's state
@@ -99,16 +127,20 @@ def load_checkpoint(path, model):
     entries = check_entries(manifest, params, step_dir, model.amp.policy.master_dtype if model.amp else None)
     resharded = not same_layout(manifest, mesh.sizes(), mesh.world, entries)
     own = shard_name(mesh.world.rank)
+    replicas_differ = check_replicas(manifest, model, resharded, step_dir)
     verify_files(mesh.world, step_dir, manifest)
     read = ShardReader(step_dir)
     try:
-        values = {name: local_piece(dense(e, "param", name, read), params[name], mesh.tp_group)
-                  for name, e in entries.items()}
-        moments = {name: (e["step"], *(local_piece(dense(e, kind, name, read), params[name], mesh.tp_group)
-                                       for kind in MOMENTS))
-                   for name, e in entries.items() if has_moments(e)}
+        if replicas_differ:
+            values, moments = own_replica(entries, read, own)
+        else:
+            values = {name: local_piece(dense(e, "param", name, read), params[name], mesh.tp_group)
+                      for name, e in entries.items()}
+            moments = {name: (e["step"], *(local_piece(dense(e, kind, name, read), params[name], mesh.tp_group)
+                                           for kind in MOMENTS))
+                       for name, e in entries.items() if has_moments(e)}
         rng = None if resharded else str(read(own, "rng"))
-        hook_state = None if resharded else {k[len(HOOK_PREFIX):]: read(own, k) for k in read.keys(own, HOOK_PREFIX)}
+        states = {} if resharded else {k: read(own, k) for prefix in RANK_STATES for k in read.keys(own, prefix)}
     finally:
         read.close()
     with model.full_parameters(writeback=True):  # ZeRO-2/3: this rank keeps its chunk of them
@@ -122,7 +154,8 @@ def load_checkpoint(path, model):
         model.amp.scaler.load_state_dict(saved_scaler)
     if rng is not None:
         set_rng_state_json(model, rng)
-    if hook_state and getattr(model, "comm_hook", None) is not None:
-        model.comm_hook.load_state_dict(hook_state)
+    if getattr(model, "outer", None) is not None and not replicas_differ:
+        model.outer.restart()  # a plain checkpoint: the first outer period starts from its parameters
+    set_rank_states(model, states)
     return {"step": manifest["step"], "extra": manifest["extra"], "path": step_dir, "resharded": resharded,
             "manifest": manifest}

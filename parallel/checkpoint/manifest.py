@@ -4,7 +4,9 @@
      "config": {GPTConfig fields}, "layout": {what the caller passed: dp, tp, pp, m, schedule, ...},
      "mesh": {"dp": 2, "tp": 2, "pp": 2, "cp": 1}, "world_size": 8,
      "optimizer": {"type": "AdamW" | "ZeroOptimizer" | null, "defaults": {lr, betas, eps, weight_decay},
-                   "scaler": the loss scaler's state (minitensor.amp.GradScaler.state_dict)},
+                   "scaler": the loss scaler's state (minitensor.amp.GradScaler.state_dict),
+                   "outer": null | local SGD's {local_steps, outer_lr, outer_momentum, nesterov}:
+                            the dp replicas' files hold different parameters and moments},
      "extra": {what the caller passed: data sampler state, ...},
      "files": {"rank_00005.npz": {"rank": 5, "dp": 0, "tp": 1, "pp": 1, "cp": 0, "bytes": ..., "sha256": ...}},
      "tensors": {"blocks.3.attn.q.weight": {

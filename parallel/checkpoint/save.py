@@ -13,9 +13,12 @@ same CheckpointError, rank 0 removes step_000123.tmp, and `latest` stays where i
 
 Each file holds `param/<name>` (the rank's local array), `exp_avg/<name>` and
 `exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO)
-and `rng` (its random generators as JSON), and `comm_hook/<key>` (the dp communication
-hook's error feedback and PowerSGD's Q, parallel.comm_hooks: per rank and bucket). dp replicas write identical parameters
-(every file describes its whole rank); the loader reads dp rank 0's.
+and `rng` (its random generators as JSON), `comm_hook/<key>` (the dp communication
+hook's error feedback and PowerSGD's Q, parallel.comm_hooks: per rank and bucket) and
+`outer/<key>` (local SGD's outer optimizer, parallel.local_sgd). dp replicas write identical
+parameters (every file describes its whole rank); the loader reads dp rank 0's. Under local
+SGD they differ between outer steps: every replica writes its own parameters and AdamW
+moments, the manifest's optimizer.outer says so, and each replica loads its own back.
 """
 from pathlib import Path
 
@@ -35,23 +38,22 @@ from .files import (
 from .manifest import build_manifest, rank_record, write_manifest
 from .reshard import key
 from .state import (
-    HOOK_PREFIX,
     MOMENTS,
-    comm_hook_state,
     moments_by_name,
     named_parameters,
     optimizer_type,
+    rank_states,
     rng_state_json,
 )
 
 
-def write_shard(path, params, moments, rng_json, hook_state):
+def write_shard(path, params, moments, rng_json, states):
     """This rank's arrays, by single-device name, as one .npz (flushed to disk)."""
     arrays = {key("param", name): p.data for name, p in params.items()}
     for name, m in moments.items():
         arrays.update({key(kind, name): m[kind] for kind in MOMENTS})
     arrays["rng"] = np.array(rng_json)
-    arrays.update({HOOK_PREFIX + k: v for k, v in hook_state.items()})
+    arrays.update(states)
     write_durably(path, lambda f: np.savez(f, **arrays))
 
 
@@ -78,16 +80,18 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
     path = tmp / shard_name(world.rank)
 
     def write_and_describe():
-        write_shard(path, params, moments, rng_state_json(model), comm_hook_state(model))
+        write_shard(path, params, moments, rng_state_json(model), rank_states(model))
         return rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
     with model.full_parameters():  # ZeRO-3: each rank writes its whole local arrays, like any layout
         records = all_gather_json(world, attempt(write_and_describe))
     fail_together(records, tmp, world)
     outcome = None
     if world.rank == 0:
+        outer = getattr(model, "outer", None)  # local SGD's: every replica saved its own state
         optim = {"type": optimizer_type(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None,
-                 "scaler": model.amp.scaler.state_dict() if model.amp is not None else None}
+                 "scaler": model.amp.scaler.state_dict() if model.amp is not None else None,
+                 "outer": outer.hyperparameters() if outer is not None else None}
         manifest = build_manifest(records, step, model.config, model.layout(), mesh.sizes(), optim, extra or {})
 
         def publish():

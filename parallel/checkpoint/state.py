@@ -11,8 +11,10 @@ The checkpoint never asks which kind of parallel model it holds (parallel.model'
                    them by position in its parameter list, ZeRO-1 as one flat chunk of
                    the dp group's concatenated parameters: both are mapped to names here
                    (a ZeRO chunk gives each name a flat element range [lo, hi))
-    comm hook      the dp gradient compressor's state (parallel.comm_hooks), per rank and
-                   bucket: restored in the same layout only (buckets are the layout's)
+    rank states    what one rank holds for itself, restored in the same layout only
+                   (RANK_STATES): the dp gradient compressor's state (parallel.comm_hooks,
+                   per bucket) and local SGD's outer optimizer (parallel.local_sgd: the
+                   anchor, the Nesterov buffer, the inner steps since the last outer step)
     generators     every numpy Generator the model's modules draw dropout masks from,
                    plus minitensor's default generator, by where they were found
 """
@@ -28,7 +30,10 @@ from minitensor.random import default_generator
 from ..zero import ZeroOptimizer
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
-HOOK_PREFIX = "comm_hook/"  # the rank's communication hook state (error feedback, PowerSGD's Q)
+# Per-rank states: the prefix of their arrays in a shard file -> the model's attribute that
+# holds them (state_dict / load_state_dict), None when the run does not use it.
+RANK_STATES = {"comm_hook/": "comm_hook",  # the dp communication hook: error feedback, PowerSGD's Q
+               "outer/": "outer"}  # local SGD / DiLoCo's outer optimizer
 
 
 def named_parameters(model):
@@ -129,7 +134,20 @@ def set_rng_state_json(model, text):
         g.bit_generator.state = saved[where]
 
 
-def comm_hook_state(model):
-    """The state_dict of the model's dp communication hook ({} without one)."""
-    hook = getattr(model, "comm_hook", None)
-    return hook.state_dict() if hook is not None else {}
+def rank_states(model):
+    """{prefix + key: array}: the state_dicts of the model's per-rank states (RANK_STATES)."""
+    arrays = {}
+    for prefix, attribute in RANK_STATES.items():
+        holder = getattr(model, attribute, None)
+        if holder is not None:
+            arrays.update({prefix + k: v for k, v in holder.state_dict().items()})
+    return arrays
+
+
+def set_rank_states(model, arrays):
+    """Load rank_states' {prefix + key: array} into the model's holders that are in use."""
+    for prefix, attribute in RANK_STATES.items():
+        holder = getattr(model, attribute, None)
+        state = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        if holder is not None and state:
+            holder.load_state_dict(state)

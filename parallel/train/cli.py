@@ -40,6 +40,9 @@ deleted. DIR must hold no checkpoint, unless this run resumes from DIR's own ste
 DIR holds none newer than S; --overwrite deletes those in the way before training.
 A save that fails removes its partial step_N.tmp and stops the run, naming the last good
 checkpoint. --resume DIR continues up to --steps in total (which must exceed its step).
+Under --local-steps a checkpoint (at any step, between outer steps too) holds every
+replica's own parameters and AdamW moments and the outer optimizer's anchor and momentum:
+it resumes exactly, with --local-steps, in the layout it was saved in.
 
 exit status: 0 done; 1 a save failed, or the loss or gradient norm was not finite (the
 run stops at that step on every rank); 2 bad flags or destinations, before any training.
@@ -96,7 +99,8 @@ def build_parser():
                       help="compress the dp gradient all-reduce, with error feedback (default none)")
     comm.add_argument("--local-steps", type=int, metavar="H",
                       help="local SGD / DiLoCo: H AdamW steps per replica, then average the pseudo-gradients")
-    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 0.7)")
+    comm.add_argument("--outer-lr", type=float, help="DiLoCo's outer SGD learning rate (default 1 − the momentum: the "
+                      "anchor moves as far as the mean replica)")
     comm.add_argument("--outer-momentum", type=float, help="DiLoCo's outer Nesterov momentum (default 0.9)")
     comm.add_argument("--async-staleness", type=int, metavar="S", help="asynchronous parameter server: rank 0 "
                       "serves, --dp workers may compute on parameters up to S rounds old (world = dp + 1)")
@@ -230,9 +234,6 @@ def check_communication_args(args):
                              f"parts of one gradient, which must be summed every step")
         if on and args.dp == 1:
             raise ValueError(f"{flag} acts on the communication over dp, but --dp is 1")
-        if args.local_steps is not None and (args.save or args.resume):
-            raise ValueError(f"--local-steps {args.local_steps} with --{'save' if args.save else 'resume'}: "
-                             f"checkpoints hold one replica and no outer-optimizer state yet")
         if on and args.check:
             raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
                              f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "

@@ -44,7 +44,7 @@ def build(args, task, group):
     if hook is not None:
         model.register_comm_hook(hook)
     if args.local_steps is not None:
-        model.configure_local_sgd(args.local_steps, args.outer_lr if args.outer_lr is not None else 0.7,
+        model.configure_local_sgd(args.local_steps, args.outer_lr,
                                   args.outer_momentum if args.outer_momentum is not None else 0.9)
     return model
 

@@ -1,11 +1,18 @@
 """Local SGD / DiLoCo (parallel.local_sgd) against its exact references (threads backend):
 H = 1 with outer lr 1 and no momentum is synchronous data parallelism; any H is a
-sequential simulation of n replicas in one process; bytes per optimizer step fall by H."""
+sequential simulation of n replicas in one process; bytes per optimizer step fall by H.
+Checkpoints between outer steps resume bitwise (threads here and in test_train_comm.py,
+one mpiexec job), only where they can."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from helpers import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mpi_launch import requires_mpiexec, run_mpi
+from mpi_scripts.ckpt_common import hybrid, train
 from mpi_scripts.dp_common import MODELS, make_data, micro_batches
 from strategies import seeds
 
@@ -13,6 +20,7 @@ import minitensor as mt
 import parallel
 from minitensor.optim import SGD, AdamW
 from parallel import run_threads
+from parallel.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from parallel.local_sgd import DiLoCo
 from parallel.reducer import Reducer
 
@@ -119,5 +127,72 @@ def test_bad_local_steps_and_outer_figures_are_named():
     reducer = Reducer(params_of(MODELS["tiny"]()), parallel.world())
     with pytest.raises(ValueError, match="local_steps=0 must be an int ≥ 1"):
         DiLoCo(reducer, 0)
-    with pytest.raises(ValueError, match=r"outer_momentum=1.0 in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"outer_momentum=1.0 must be in \[0, 1\)"):
         DiLoCo(reducer, 2, outer_momentum=1.0)
+    with pytest.raises(ValueError, match="outer_lr=0 must be > 0"):
+        DiLoCo(reducer, 2, outer_lr=0)
+    assert DiLoCo(reducer, 2).outer_lr == pytest.approx(0.1)  # 1 − μ: a stride of 1
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+CKPT_WORKER = Path(__file__).parent / "mpi_scripts" / "ckpt_train.py"
+
+
+def local_sgd_model(layout, local_steps=3):
+    model = hybrid(*layout)
+    model.configure_local_sgd(local_steps)
+    return model
+
+
+def save_local_sgd(directory, layout, steps):
+    def body():
+        model = local_sgd_model(layout)
+        train(model, range(steps))
+        save_checkpoint(directory, model, step=steps)
+    run_threads(layout[0] * layout[1] * layout[2], body, timeout=TIMEOUT)
+
+
+@requires_mpiexec
+def test_local_sgd_saved_between_outer_steps_resumes_bitwise_under_mpiexec(tmp_path):
+    """H = 3, saved after 4 steps (after one outer step, in the middle of the next period)."""
+    common = [CKPT_WORKER, tmp_path, "2,1,1", "--local-steps", 3, "--steps", 7]
+    whole = run_mpi(2, [*common, "--save-at", 4], timeout=120)
+    resumed = run_mpi(2, [*common, "--resume"], timeout=120)
+    hex_losses = [[json.loads(line)["loss"] for line in run.stdout.splitlines() if line.startswith("{")]
+                  for run in (whole, resumed)]
+    assert len(hex_losses[0]) == 7 and hex_losses[1] == hex_losses[0][4:]
+
+
+@pytest.mark.parametrize("layout, local, message", [
+    ((2, 1, 1), False, r"is of local SGD \(local_steps=3\): each dp replica saved its own parameters"),
+    ((1, 1, 2), True, r"in the layout it was saved in \(dp=2, tp=1, pp=1, cp=1, 2 ranks\)")])
+def test_a_local_sgd_checkpoint_is_refused_where_its_replicas_cannot_continue(tmp_path, layout, local, message):
+    save_local_sgd(tmp_path, (2, 1, 1), 4)
+
+    def body():
+        model = local_sgd_model(layout) if local else hybrid(*layout)
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(tmp_path, model)
+    run_threads(2, body, timeout=TIMEOUT)
+
+
+def test_a_plain_checkpoint_starts_local_sgd_from_its_parameters(tmp_path):
+    """Loaded into a local SGD run, the first outer period starts at the loaded parameters:
+    the same run as configuring local SGD after loading them."""
+    layout = (2, 1, 1)
+
+    def save():
+        model = hybrid(*layout)
+        train(model, range(2))
+        save_checkpoint(tmp_path, model, step=2)
+
+    def resume(configure_first):
+        model = local_sgd_model(layout) if configure_first else hybrid(*layout)
+        load_checkpoint(tmp_path, model)
+        if not configure_first:
+            model.configure_local_sgd(3)
+        return train(model, range(2, 6))
+    run_threads(2, save, timeout=TIMEOUT)
+    loaded_into_local_sgd = run_threads(2, lambda: resume(True), timeout=TIMEOUT)[0]
+    assert loaded_into_local_sgd == run_threads(2, lambda: resume(False), timeout=TIMEOUT)[0]  # bitwise

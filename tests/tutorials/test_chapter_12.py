@@ -51,6 +51,10 @@ def test_local_sgd_pins_the_sign_and_cuts_bytes_by_h():
     out = run_script(CH12 + "local_sgd.py", timeout=TIMEOUT, threads=2)
     assert number_after("largest relative parameter difference", out) < 1e-12
     assert number_after("bytes per step, H = 1 / H = 16:", out) == pytest.approx(16, rel=0.01)
+    strides = {setting: float(stride) for setting, stride in re.findall(
+        r"outer lr (\d\.\d, momentum \d\.\d): stride ([0-9.]+)", out)}
+    assert strides["1.0, momentum 0.0"] == 1.0  # no momentum, lr 1: the anchor lands on the mean replica
+    assert strides["0.7, momentum 0.9"] > 2 * strides["0.1, momentum 0.9"]  # the momentum multiplies the stride
 
 
 @pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 4}], ids=["threads4", "mpi4"])

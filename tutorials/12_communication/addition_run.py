@@ -22,16 +22,18 @@ def batch_of_rank(group, step, seed):
     return idx[rows], targets[rows]
 
 
-def train(group, steps, hook=None, local_steps=None, seed=0, outer_lr=0.7, outer_momentum=0.9):
+def train(group, steps, hook=None, local_steps=None, seed=0, outer_lr=None, outer_momentum=0.9, outer_class=DiLoCo):
     """AdamW for `steps` steps; returns (mean loss of the last 10 steps over ranks, dp bytes per step
-    counted by the group on this rank, the trained model)."""
+    counted by the group on this rank, the trained model). With `local_steps`, the outer
+    optimizer is an `outer_class` (DiLoCo or a subclass), kept as model.outer."""
     mt.manual_seed(seed)
     model = GPT(CONFIG)
     dp = DataParallel(model, group)  # broadcasts rank 0's weights: the replicas start as one model
     if hook is not None:
         dp.register_comm_hook(hook)
     opt = AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    outer = DiLoCo(dp.reducer, local_steps, outer_lr, outer_momentum) if local_steps else None
+    outer = outer_class(dp.reducer, local_steps, outer_lr, outer_momentum) if local_steps else None
+    model.outer = outer
     group.reset_stats()
     losses = []
     for step in range(steps):

@@ -8,6 +8,10 @@ and no momentum, averaging the pseudo-gradients Δ_i = θ − θ_i and stepping 
 exactly on synchronous data parallelism (printed: the largest parameter difference).
 Then DiLoCo proper (AdamW inside, Nesterov SGD outside) on the chapter's addition run with
 H = 1, 4 and 16: bytes per optimizer step fall by H; compare the losses with synchronous DP.
+Last, the outer step's stride at H = 4: how far the anchor moves per outer step against how
+far the mean replica moved, for three outer optimizers. With momentum μ the Nesterov step
+is lr_out·(Δ + μ·v) and v → Δ/(1 − μ) while the Δ keep pointing the same way, so the
+stride tends to lr_out/(1 − μ): 7 for DiLoCo's (0.7, 0.9).
 """
 import numpy as np
 from addition_run import CONFIG, batch_of_rank, train
@@ -18,6 +22,29 @@ from minitensor.models.gpt import GPT
 from minitensor.optim import SGD
 from parallel.local_sgd import DiLoCo
 from parallel.reducer import Reducer
+
+STRIDE_SETTINGS = [(0.7, 0.9), (0.1, 0.9), (1.0, 0.0)]  # (outer lr, outer momentum)
+
+
+class StrideDiLoCo(DiLoCo):
+    """DiLoCo that records each outer step's stride |θ_new − θ_old| / |mean_i Δ_i| (it
+    all-reduces Δ_i once more to know the mean; the chapter's measurement only)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.strides = []
+
+    def sync(self):
+        group = self.reducer.group
+        mean_delta = [group.all_reduce(a - p.data) / group.size for a, p in zip(self.anchors, self.params)]
+        before = [a.copy() for a in self.anchors]
+        super().sync()
+        moved = [b - a for b, a in zip(before, self.anchors)]
+        self.strides.append(norm(moved) / norm(mean_delta))
+
+
+def norm(arrays):
+    return float(np.sqrt(sum(np.sum(a.astype(np.float64) ** 2) for a in arrays)))
 
 
 def sgd_run(group, steps, local):
@@ -45,6 +72,8 @@ def main(args):
     diff = group.all_reduce(np.array([np.abs(dp - local).max() / np.abs(dp).max()]), op="max")[0]
     results = {h: train(group, args.steps, local_steps=h) for h in (1, 4, 16)}
     sync_loss, sync_bytes, _ = train(group, args.steps)
+    strides = {(lr, mu): train(group, args.steps, local_steps=4, outer_lr=lr, outer_momentum=mu,
+                               outer_class=StrideDiLoCo) for lr, mu in STRIDE_SETTINGS}
     if group.rank == 0:
         print(f"local SGD with H = 1, outer lr 1, no momentum vs synchronous SGD, 3 steps, float64: "
               f"largest relative parameter difference {diff:.1e}")
@@ -53,6 +82,10 @@ def main(args):
         for h, (loss, nbytes, _) in results.items():
             print(f"  DiLoCo H = {h:<2}         loss {loss:.4f}   bytes per step per rank {nbytes:>9,.0f}")
         print(f"bytes per step, H = 1 / H = 16: {results[1][1] / results[16][1]:.2f}")
+        print("the outer step's stride at H = 4, |θ_new − θ_old| / |mean Δ|, mean over the last 8 outer steps:")
+        for (lr, mu), (loss, _, model) in strides.items():
+            print(f"  outer lr {lr:.1f}, momentum {mu:.1f}: stride {np.mean(model.outer.strides[-8:]):.2f}"
+                  f"  (lr/(1 − μ) = {lr / (1 - mu):.1f})   loss {loss:.4f}")
 
 
 if __name__ == "__main__":
