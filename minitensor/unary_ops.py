@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from minitensor import dtypes
-from minitensor.autograd import Function
+from minitensor import dtypes, speed
+from minitensor.autograd import Function, is_grad_enabled
 
 
 class Exp(Function):
@@ -72,26 +72,38 @@ class Gelu(Function):
         u *= x
         u *= self.C
         t = np.tanh(u, out=u)
-        self.save_for_backward(x, t)
-        y = t + 1
+        if not speed.enabled("gelu_saves_derivative"):  # the plain version: x and t, dy/dx in backward
+            self.save_for_backward(x, t)
+            y = t + 1
+        else:
+            # Keep dy/dx (one array) instead of x and tanh u (two): backward only multiplies,
+            # and the MLP's widest activation, x, is freed once the next Linear has read it.
+            # Measured on the medium bench GPT: 32 MiB (8 MiB a block) less kept for backward.
+            if is_grad_enabled():
+                self.save_for_backward(self.derivative(x, t))
+            y = np.add(t, 1, out=t)  # t is not needed any more: y is built in its buffer
         y *= x
         y *= 0.5
         return dtypes.like(dtype, y)
 
     def backward(self, grad):
-        x, t = self.saved
         dtype, (grad,) = grad.dtype, dtypes.upcast(grad)
+        derivative = self.derivative(*self.saved) if len(self.saved) == 2 else self.saved[0]
+        return dtypes.like(dtype, derivative * grad)
+
+    def derivative(self, x, t):
+        """dy/dx from x and t = tanh u."""
         d = x * x  # becomes x·du/dx·(1 − t²), then the whole bracket
         d *= 3 * 0.044715
         d += 1
         d *= self.C
         d *= x
-        d *= 1 - t * t
+        one_minus_t2 = np.multiply(t, t, out=np.empty_like(t))
+        d *= np.subtract(1, one_minus_t2, out=one_minus_t2)  # 1 − t², in one buffer
         d += 1
         d += t
         d *= 0.5
-        d *= grad
-        return dtypes.like(dtype, d)
+        return d
 
 
 def exp(a):
