@@ -111,3 +111,23 @@ def run_split(kernel, n, min_elements=MIN_ELEMENTS):
     finally:
         for future in futures:
             future.result()
+
+
+def run_pieces(kernel, *arrays):
+    """Call `kernel(*pieces)` on pieces of `arrays` cut along their first axis (all of one
+    length there; None passes through as None), split as `run_split` does; the threshold
+    counts elements."""
+    first = next(a for a in arrays if a is not None)
+    n = len(first)
+    per_item = max(first.size // n, 1) if n else 1
+
+    def kernel_on(lo, hi):
+        kernel(*(None if a is None else a[lo:hi] for a in arrays))
+
+    run_split(kernel_on, n, min_elements=-(-MIN_ELEMENTS // per_item))
+
+
+def elementwise(kernel, *arrays):
+    """`run_pieces` over flat views of same-shape C-contiguous arrays: for a kernel whose every
+    output element depends only on the input elements at the same index."""
+    run_pieces(kernel, *(None if a is None else a.reshape(-1) for a in arrays))
