@@ -127,8 +127,8 @@ class Place:
     in `saved`). A node that held the Tensor itself kept every activation alive until
     backward, saved or not: the input of each Add, the attention scores before the
     softmax, the heads before they are merged, which PyTorch frees as soon as forward
-    moves on. Measured on the medium bench GPT (tracemalloc, arrays alive after forward):
-    242 → 186 MiB. The tensor reads its producer here (Tensor._node), so releasing it
+    moves on. Measured on the medium bench GPT (tracemalloc, numpy arrays): alive after
+    forward 242 → 182 MiB, peak of the step 277 → 207 MiB. The tensor reads its producer here (Tensor._node), so releasing it
     through either releases it for both; every node reading one tensor holds the same
     place, so the walk meets it once."""
 

@@ -73,7 +73,8 @@ class Gelu(Function):
         else:
             # Keep dy/dx (one array) instead of x and tanh u (two): backward only multiplies,
             # and the MLP's widest activation, x, is freed once the next Linear has read it.
-            # Measured on the medium bench GPT: 32 MiB (8 MiB a block) less kept for backward.
+            # Measured on the medium bench GPT (tracemalloc, with free_unsaved_activations on):
+            # alive after forward 182 → 150 MiB (8 MiB a block), peak of the step 207 → 164 MiB.
             derivative = np.empty_like(x) if is_grad_enabled() else None
             if derivative is not None:
                 self.save_for_backward(derivative)
@@ -85,7 +86,7 @@ class Gelu(Function):
         where given."""
         # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
         # float32 power is ~100x slower than a product)
-        u = np.multiply(x, x, out=np.empty_like(x) if t_out is None else t_out)
+        u = np.multiply(x, x, out=y if t_out is None else t_out)  # t not kept: built in y's buffer
         u *= 0.044715
         u += 1
         u *= x
