@@ -10,6 +10,13 @@ it saves. Measured (2 cores, loaded by other jobs): the flat AdamW update of the
 GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M) 0.82 →
 1.09 ms, slower, hence the threshold.
 
+The kernels served: the flat AdamW update (flat_params), GELU forward and backward
+(unary_ops.Gelu, by `elementwise` pieces) and the softmax forward (nn.functional.Softmax,
+by (T, T) matrices); on the medium bench GPT GELU's 2 Mi elements and the attention
+softmax's 1 Mi pass the threshold, LayerNorm's 0.5 Mi rows do not. Measured: the medium
+training step with the pool on/off 0.96× (medians of 12 steps in alternating blocks, but
+with a load average of 20 on the 2 cores: noise of that size; re-measure when quiet).
+
 Only kernels whose every output element depends on the same input elements whatever the
 split (elementwise, or row by row) go through here, so the result is bitwise the same
 with and without threads. Switch: speed.disabled("kernel_threads").
