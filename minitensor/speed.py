@@ -5,10 +5,15 @@ turning it off runs the plain version, with the same results (the tests run both
 
     flat_optimizer     AdamW / SGD update every parameter of a dtype in a few large
                        vectorised operations over flat buffers (minitensor.flat_params)
-    kernel_threads     large elementwise kernels split over a small thread pool
-                       (minitensor.kernel_threads)
+    kernel_threads     large kernels split over a small thread pool: the flat AdamW
+                       update, GELU, the softmax forward (minitensor.kernel_threads)
     single_thread_small_gemms   stacks of small matrix products (attention's heads) on
                        one BLAS thread (kernel_threads.one_blas_thread)
+    free_unsaved_activations    a node holds its inputs' places in the graph, not their
+                       values: an activation no backward saved is freed during forward
+                       (autograd.Place)
+    gelu_saves_derivative       GELU keeps dy/dx for backward instead of x and tanh u
+                       (unary_ops.Gelu)
 
 Turn them off for a whole run with the environment variable MINITENSOR_PLAIN (all of
 them: MINITENSOR_PLAIN=1, or some: MINITENSOR_PLAIN=flat_optimizer,kernel_threads),
@@ -20,7 +25,8 @@ or for a block of code:
 import contextlib
 import os
 
-SWITCHES = ("flat_optimizer", "kernel_threads", "single_thread_small_gemms")
+SWITCHES = ("flat_optimizer", "kernel_threads", "single_thread_small_gemms", "free_unsaved_activations",
+            "gelu_saves_derivative")
 
 
 def _from_environment():

@@ -59,6 +59,7 @@ class Tensor:
 
     __array_priority__ = 1000  # `ndarray * Tensor` defers to Tensor.__rmul__
     _grad_slot = None  # where the first gradient of a step goes, if an optimizer's flat layout gave one
+    _place = None  # this tensor's place in the graph (autograd.Place), once an op made it
 
     def __init__(self, data, requires_grad=False):
         self.data = data if isinstance(data, np.ndarray) else _as_array(data)
@@ -84,6 +85,19 @@ class Tensor:
     size = property(lambda self: _Size(self.data.shape))  # t.size (numpy) and t.size(), t.size(d) (PyTorch)
     T = property(lambda self: self.transpose())
     is_leaf = property(lambda self: self._node is None)
+
+    @property
+    def _node(self):
+        """The node that made this tensor (None for a leaf), kept in its graph place: the
+        nodes that read this tensor hold the place, not the tensor (autograd.Place)."""
+        return None if self._place is None else self._place._node
+
+    @_node.setter
+    def _node(self, node):
+        if self._place is not None:
+            self._place._node = node
+        elif node is not None:
+            self._place = autograd.Place(self, node)
 
     def __len__(self):
         return len(self.data)

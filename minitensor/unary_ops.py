@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from minitensor import dtypes
-from minitensor.autograd import Function
+from minitensor import dtypes, kernel_threads, speed
+from minitensor.autograd import Function, is_grad_enabled
 
 
 class Exp(Function):
@@ -64,34 +64,66 @@ class Gelu(Function):
 
     def forward(self, x):
         dtype, (x,) = x.dtype, dtypes.upcast(x)
+        x = x if x.flags.c_contiguous else x.copy()
+        y = np.empty_like(x)
+        if not speed.enabled("gelu_saves_derivative"):  # the plain version: x and t, dy/dx in backward
+            t = np.empty_like(x)
+            self.save_for_backward(x, t)
+            kernel_threads.elementwise(self.forward_piece, x, y, t, None)
+        else:
+            # Keep dy/dx (one array) instead of x and tanh u (two): backward only multiplies,
+            # and the MLP's widest activation, x, is freed once the next Linear has read it.
+            # Measured on the medium bench GPT (tracemalloc, with free_unsaved_activations on):
+            # alive after forward 182 → 150 MiB (8 MiB a block), peak of the step 207 → 164 MiB.
+            derivative = np.empty_like(x) if is_grad_enabled() else None
+            if derivative is not None:
+                self.save_for_backward(derivative)
+            kernel_threads.elementwise(self.forward_piece, x, y, None, derivative)
+        return dtypes.like(dtype, y)
+
+    def forward_piece(self, x, y, t_out, derivative_out):
+        """y = gelu(x) over one piece, keeping t = tanh u in `t_out` or dy/dx in `derivative_out`
+        where given."""
         # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
         # float32 power is ~100x slower than a product)
-        u = np.multiply(x, x, out=np.empty_like(x))  # an array even for 0-d x (x * x would be a scalar)
+        u = np.multiply(x, x, out=y if t_out is None else t_out)  # t not kept: built in y's buffer
         u *= 0.044715
         u += 1
         u *= x
         u *= self.C
         t = np.tanh(u, out=u)
-        self.save_for_backward(x, t)
-        y = t + 1
+        if derivative_out is not None:
+            self.derivative(x, t, out=derivative_out)
+        np.add(t, 1, out=y)
         y *= x
         y *= 0.5
-        return dtypes.like(dtype, y)
 
     def backward(self, grad):
-        x, t = self.saved
         dtype, (grad,) = grad.dtype, dtypes.upcast(grad)
-        d = x * x  # becomes x·du/dx·(1 − t²), then the whole bracket
+        grad = grad if grad.flags.c_contiguous else grad.copy()
+        dx = np.empty_like(grad)
+        if len(self.saved) == 2:  # the plain version
+            kernel_threads.elementwise(self.backward_piece_plain, grad, *self.saved, dx)
+        else:
+            kernel_threads.elementwise(np.multiply, self.saved[0], grad, dx)
+        return dtypes.like(dtype, dx)
+
+    def backward_piece_plain(self, grad, x, t, dx):
+        self.derivative(x, t, out=dx)
+        dx *= grad
+
+    def derivative(self, x, t, out):
+        """dy/dx from x and t = tanh u, into `out`."""
+        d = np.multiply(x, x, out=out)  # becomes x·du/dx·(1 − t²), then the whole bracket
         d *= 3 * 0.044715
         d += 1
         d *= self.C
         d *= x
-        d *= 1 - t * t
+        one_minus_t2 = np.multiply(t, t, out=np.empty_like(t))
+        d *= np.subtract(1, one_minus_t2, out=one_minus_t2)  # 1 − t², in one buffer
         d += 1
         d += t
         d *= 0.5
-        d *= grad
-        return dtypes.like(dtype, d)
 
 
 def exp(a):

@@ -82,7 +82,7 @@ def train_loss(quick):
     """Chapter 2's training run (the default recipe; --quick: 40 steps)."""
     recipe = recommended_config()  # the script's defaults
     args = SimpleNamespace(**{k: recipe[k] for k in ("steps", "digits", "n_layer", "n_head", "d_model", "lr",
-                                                      "warmup", "seed")}, batch=recipe["batch_size"])
+                                                      "warmup", "weight_decay", "seed")}, batch=recipe["batch_size"])
     if quick:
         args.steps = 40
     return run("02_gpt/train_addition.py", "main", args)

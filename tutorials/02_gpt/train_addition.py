@@ -1,6 +1,6 @@
 """Chapter 2, part 2: train the GPT on the built-in addition task and watch the loss fall.
 
-    python tutorials/02_gpt/train_addition.py [--steps 1500 --digits 2 --d-model 128]
+    python tutorials/02_gpt/train_addition.py [--steps 1000 --digits 2 --d-model 128]
 
 Each problem is "a+b=" followed by the sum written least-significant digit
 first; the loss counts only the answer characters. Prints the loss as a bar
@@ -47,11 +47,12 @@ def main(args):
                     n_head=args.n_head, d_model=args.d_model)
     mt.manual_seed(args.seed)
     model = GPT(cfg)
-    optimizer = AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    optimizer = AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     example = task.decode(task.sequences(*task.problems(1, generator=np.random.default_rng(0)))[0])  # the whole problem: inputs are all but its last character
     print(f"task: {args.digits}-digit addition, e.g. {example!r} = {example[:task.prompt_length]!r} + "
           f"the answer reversed; {cfg.vocab_size} tokens, inputs of {cfg.block_size}")
-    print(f"model: {sum(p.size for p in model.parameters()):,} parameters; AdamW lr {args.lr} "
+    print(f"model: {sum(p.size for p in model.parameters()):,} parameters; AdamW lr {args.lr}, "
+          f"weight decay {args.weight_decay} "
           f"(warm-up {args.warmup} steps, cosine to 0); batch {args.batch}\n")
 
     losses, start = [], time.perf_counter()
@@ -82,7 +83,7 @@ def main(args):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     recipe = recommended_config()
-    for flag in ("steps", "digits", "n_layer", "n_head", "d_model", "lr", "warmup", "seed"):
+    for flag in ("steps", "digits", "n_layer", "n_head", "d_model", "lr", "warmup", "weight_decay", "seed"):
         parser.add_argument("--" + flag.replace("_", "-"), type=type(recipe[flag]), default=recipe[flag])
     parser.add_argument("--batch", type=int, default=recipe["batch_size"])
     main(parser.parse_args())
