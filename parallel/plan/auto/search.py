@@ -1,0 +1,114 @@
+"""The cheapest sharding of a graph, exactly: dynamic programming over its topological order.
+
+Walk the ops in order. The cost of everything decided so far depends on the future only
+through the values still *live* (computed, with readers still to come): each one's layout
+and the sum-so-far of its gradient's contributions (plan.evaluate's terms). So the state
+after op k is the tuple of (layout, gradient so far) of the live values, and
+
+    best[state'] = min over states and rules r of op k+1:
+                   best[state] + compute(k+1, r) + Σ forward reshards of its inputs into r
+                   + Σ backward reshards of the inputs op k+1 was the last reader of
+
+with parameters entering the state just before their first reader (any layout, free). A
+chain keeps one live value, a residual block two or three, so the states stay few and the
+minimum is exact — not a heuristic: `plan.evaluate` of the brute-force minimum equals it.
+"""
+from .plan import boundary_layout, evaluate, is_leaf, node_rules, value_bytes
+from .sharding import PARTIAL, REPLICATED, gradient_layout, join, layouts_of
+
+
+def walk_order(graph):
+    """The ops in graph order, each parameter (or input) just before its first reader."""
+    order, seen = [], set()
+    for node in graph.nodes:
+        if is_leaf(node):
+            continue
+        for name in node.inputs:
+            if name not in seen and is_leaf(graph.node(name)):
+                order.append(graph.node(name))
+                seen.add(name)
+        order.append(node)
+    return order
+
+
+def last_readers(graph, order):
+    """value name -> the position in `order` of its last reader (len(order) for an output)."""
+    last = {}
+    for position, node in enumerate(order):
+        for name in node.inputs:
+            last[name] = position
+    for name in graph.outputs:
+        last[name] = len(order)
+    return last
+
+
+def leaf_layouts(node, tp, boundary):
+    """A parameter may lie any way but partial; inputs and constants come in `boundary` layout."""
+    if node.op == "param":
+        return [layout for layout in layouts_of(node.shape, tp) if layout != PARTIAL]
+    return [boundary_layout(node, boundary)]
+
+
+def auto_shard(graph, machine, boundary=REPLICATED):
+    """The ShardingPlan of least seconds (compute + communication) over machine.tp ranks."""
+    order = walk_order(graph)
+    last = last_readers(graph, order)
+    # state: ((value, layout, gradient so far), ...) sorted by value -> (seconds, choices)
+    best = {(): (0.0, ())}
+    for position, node in enumerate(order):
+        options = ([(layout, None) for layout in leaf_layouts(node, machine.tp, boundary)] if is_leaf(node)
+                   else [(rule.output, rule) for rule in node_rules(graph, node, machine.tp)])
+        following = {}
+        for state, (seconds, choices) in best.items():
+            live = {value: (layout, gradient) for value, layout, gradient in state}
+            for layout, rule in options:
+                cost, after = seconds, dict(live)
+                if rule is not None:
+                    cost += step(graph, node, rule, machine, after, position, last)
+                if last.get(node.name, -1) > position:
+                    after[node.name] = (layout, None)
+                key = tuple(sorted((value, *lg) for value, lg in after.items()))
+                if key not in following or cost < following[key][0]:
+                    following[key] = (cost, (choices, (node.name, layout, rule)))
+        best = following
+    state = min(best, key=lambda state: best[state][0] + finish(graph, state, machine, boundary))
+    leaves, op_rules = {}, {}
+    choices = best[state][1]
+    while choices:
+        choices, (name, layout, rule) = choices
+        if rule is not None:
+            op_rules[name] = rule
+        elif graph.node(name).op == "param":
+            leaves[name] = layout
+    return evaluate(graph, leaves, op_rules, machine, boundary)
+
+
+def step(graph, node, rule, machine, live, position, last):
+    """Seconds op `node` adds by `rule`: compute, its inputs' forward reshards, and the
+    backward reshard of each input it reads last (whose gradient is then complete)."""
+    cost = machine.compute_seconds(node, rule)
+    for index, name in enumerate(node.inputs):
+        layout, gradient = live[name]
+        cost += machine.reshard_seconds(layout, rule.inputs[index], value_bytes(graph.node(name)))
+        live[name] = (layout, join(gradient, rule.input_gradient(index)))
+    for name in set(node.inputs):
+        if last[name] == position:
+            layout, gradient = live.pop(name)
+            cost += gradient_seconds(graph, name, layout, gradient, machine)
+    return cost
+
+
+def gradient_seconds(graph, name, layout, gradient, machine):
+    if gradient is None:
+        return 0.0
+    return machine.reshard_seconds(gradient, gradient_layout(layout), value_bytes(graph.node(name)))
+
+
+def finish(graph, state, machine, boundary):
+    """Seconds the outputs still owe: into the boundary layout forward, their gradients back."""
+    cost = 0.0
+    for name, layout, gradient in state:
+        out = boundary_layout(graph.node(name), boundary)
+        cost += machine.reshard_seconds(layout, out, value_bytes(graph.node(name)))
+        cost += gradient_seconds(graph, name, layout, join(gradient, gradient_layout(out)), machine)
+    return cost
