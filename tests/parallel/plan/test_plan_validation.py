@@ -16,7 +16,23 @@ from minitensor.models import gpt as dense
 from parallel import HybridGPT, Mesh, run_threads
 from parallel.pipeline.partition import balance_by_parameters
 from parallel.plan import GPTConfig, param_bytes_per_rank
-from parallel.plan.validate import KINDS, kendall, measure_memory, memory_errors, ranks, run_layout, runnable, spearman
+from parallel.plan.model import block_param_count
+from parallel.plan.parts import local_config
+from parallel.plan.simulate import PartCosts
+from parallel.plan.validate import (
+    KINDS,
+    LAYOUTS,
+    kendall,
+    measure_memory,
+    measure_parts_on_every_rank,
+    memory_errors,
+    merge_parts,
+    ranks,
+    run_layout,
+    runnable,
+    spearman,
+)
+from parallel.tensor_parallel.sharding import padded_size
 
 # vocab 13 is padded under tp 2 and 4; 4 blocks allow pp 4.
 CONFIG = GPTConfig(vocab_size=13, block_size=8, n_layer=4, n_head=4, d_model=16)
@@ -81,3 +97,31 @@ def test_rank_statistics():
     a, b = [5, 1, 4, 2, 3], [2, 1, 5, 3, 4]
     d2 = sum((x - y) ** 2 for x, y in zip(ranks(a), ranks(b)))
     assert spearman(a, b) == pytest.approx(1 - 6 * d2 / (5 * 24))
+
+
+def test_two_rank_layouts_and_an_unknown_rank_count():
+    small = GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128)
+    assert runnable(small, 16, 2, ranks=2) == LAYOUTS[2]
+    with pytest.raises(ValueError, match="not 3"):
+        runnable(small, 16, 2, ranks=3)
+
+
+def test_merge_parts_takes_each_figures_median_over_the_sweeps():
+    costs = [dict(embed=[e, 2 * e], block=[3.0, 4.0], head=[5.0, 6.0], optimizer_per_param=e) for e in (1.0, 9.0, 2.0)]
+    merged = merge_parts([{"parts": [2, 1], "costs": c} for c in costs])
+    assert merged == {(2, 1): PartCosts((2.0, 4.0), (3.0, 4.0), (5.0, 6.0), 2.0)}
+
+
+def test_parts_are_measured_on_every_rank_and_averaged():
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=2, d_model=8)
+    got = run_threads(2, lambda: measure_parts_on_every_rank(parallel.world(), config, 2, 2))
+    assert got[0] == got[1]
+    assert all(t > 0 for t in (*got[0].embed, *got[0].block, *got[0].head, got[0].optimizer_per_param))
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_tp_ranks_local_block_holds_the_parameters_the_planner_counts(tp):
+    config = GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=4, d_model=16)
+    local = dense.GPT(local_config(config, tp), dtype=np.float64)
+    assert local.blocks[0].num_parameters() == block_param_count(config.d_model, tp)
+    assert local.config.vocab_size == padded_size(config.vocab_size, tp) // tp
