@@ -10,12 +10,14 @@ rules.py     which input layouts each op accepts and the output layout it gives 
 machine.py   tp, α, β and the flop rate a sharding is priced with
 plan.py      the cost of one complete choice (the yardstick)
 search.py    the exact minimum by dynamic programming over the graph's order
+block.py     the traced graph of one GPT block of a planner config
 """
+from .block import block_graph
 from .machine import Machine
 from .plan import Collective, ShardingPlan, evaluate
 from .rules import Rule, rules
 from .search import auto_shard
 from .sharding import PARTIAL, REPLICATED, collective, layouts_of, split
 
-__all__ = ["Collective", "Machine", "PARTIAL", "REPLICATED", "Rule", "ShardingPlan", "auto_shard", "collective",
+__all__ = ["Collective", "block_graph", "Machine", "PARTIAL", "REPLICATED", "Rule", "ShardingPlan", "auto_shard", "collective",
            "evaluate", "layouts_of", "rules", "split"]

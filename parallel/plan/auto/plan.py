@@ -66,6 +66,13 @@ class ShardingPlan:
     def seconds(self):
         return self.compute + self.communication
 
+    def summary(self):
+        """The totals and every collective, one per line."""
+        lines = [f"compute {self.compute:.4g} s + communication {self.communication:.4g} s = {self.seconds:.4g} s"]
+        lines += [f"  {c.direction:<9}{c.kind:<15}{c.value:<22}{c.source} → {c.target}  {c.nbytes:>12,} B  "
+                  f"{c.seconds:.3g} s" for c in self.collectives]
+        return "\n".join(lines)
+
     def table(self, graph):
         """One line per op: its output layout and its inputs' layouts, as the rule needs them."""
         lines = [f"{'node':<24}{'op':<11}{'shape':<20}{'layout':<8}inputs as"]
