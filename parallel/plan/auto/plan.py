@@ -33,6 +33,14 @@ def boundary_layout(node, boundary):
     return boundary if dim is None or dim < len(node.shape) else REPLICATED
 
 
+def forward_seconds(graph, name, source, target, machine):
+    """Seconds to bring value `name` from `source` into the layout a reader needs. A parameter
+    is read as it is stored (or sliced, for free): gathering weights before use is ZeRO-3's
+    business (chapter 13), not this search's, so it costs infinity here."""
+    seconds = machine.reshard_seconds(source, target, value_bytes(graph.node(name)))
+    return float("inf") if seconds and graph.node(name).op == "param" else seconds
+
+
 def node_rules(graph, node, tp):
     return rules(node.op, node.attrs, [graph.node(name).shape for name in node.inputs], node.shape, tp)
 
@@ -93,7 +101,8 @@ def evaluate(graph, leaf_layouts, op_rules, machine, boundary=REPLICATED):
     gradients, collectives, compute = {}, [], 0.0
 
     def move(value, direction, source, target):
-        seconds = machine.reshard_seconds(source, target, value_bytes(graph.node(value)))
+        seconds = (forward_seconds(graph, value, source, target, machine) if direction == "forward"
+                   else machine.reshard_seconds(source, target, value_bytes(graph.node(value))))
         if seconds:
             collectives.append(Collective(value, direction, source, target, value_bytes(graph.node(value)),
                                           seconds))

@@ -13,7 +13,7 @@ with parameters entering the state just before their first reader (any layout, f
 chain keeps one live value, a residual block two or three, so the states stay few and the
 minimum is exact — not a heuristic: `plan.evaluate` of the brute-force minimum equals it.
 """
-from .plan import boundary_layout, evaluate, is_leaf, node_rules, value_bytes
+from .plan import boundary_layout, evaluate, forward_seconds, is_leaf, node_rules, value_bytes
 from .sharding import PARTIAL, REPLICATED, gradient_layout, join, layouts_of
 
 
@@ -42,21 +42,26 @@ def last_readers(graph, order):
     return last
 
 
-def leaf_layouts(node, tp, boundary):
-    """A parameter may lie any way but partial; inputs and constants come in `boundary` layout."""
+def leaf_layouts(node, tp, boundary, fixed=None):
+    """A parameter may lie any way but partial (or as `fixed` says); inputs and constants come in
+    `boundary` layout."""
+    if fixed and node.name in fixed:
+        return [fixed[node.name]]
     if node.op == "param":
         return [layout for layout in layouts_of(node.shape, tp) if layout != PARTIAL]
     return [boundary_layout(node, boundary)]
 
 
-def auto_shard(graph, machine, boundary=REPLICATED):
-    """The ShardingPlan of least seconds (compute + communication) over machine.tp ranks."""
+def auto_shard(graph, machine, boundary=REPLICATED, fixed=None):
+    """The ShardingPlan of least seconds (compute + communication) over machine.tp ranks;
+    `fixed` {parameter: layout} pins some parameters (price a hand-made split: the search
+    fills in the rest)."""
     order = walk_order(graph)
     last = last_readers(graph, order)
     # state: ((value, layout, gradient so far), ...) sorted by value -> (seconds, choices)
     best = {(): (0.0, ())}
     for position, node in enumerate(order):
-        options = ([(layout, None) for layout in leaf_layouts(node, machine.tp, boundary)] if is_leaf(node)
+        options = ([(layout, None) for layout in leaf_layouts(node, machine.tp, boundary, fixed)] if is_leaf(node)
                    else [(rule.output, rule) for rule in node_rules(graph, node, machine.tp)])
         following = {}
         for state, (seconds, choices) in best.items():
@@ -89,7 +94,7 @@ def step(graph, node, rule, machine, live, position, last):
     cost = machine.compute_seconds(node, rule)
     for index, name in enumerate(node.inputs):
         layout, gradient = live[name]
-        cost += machine.reshard_seconds(layout, rule.inputs[index], value_bytes(graph.node(name)))
+        cost += forward_seconds(graph, name, layout, rule.inputs[index], machine)
         live[name] = (layout, join(gradient, rule.input_gradient(index)))
     for name in set(node.inputs):
         if last[name] == position:

@@ -48,13 +48,6 @@ def config(d_model, n_head=8):
     return gpt.GPTConfig(vocab_size=64, block_size=1024, n_layer=1, n_head=n_head, d_model=d_model)
 
 
-def rule_with(graph, name, weight=None, output=None):
-    """The rule of node `name` whose weight (second input) or output is laid out so."""
-    (rule,) = [r for r in node_rules(graph, graph.node(name), 2)
-               if (weight is None or r.inputs[1] == weight) and (output is None or r.output == output)]
-    return rule
-
-
 def collectives(plan):
     return sorted((c.direction, c.kind) for c in plan.collectives)
 
@@ -107,10 +100,8 @@ def test_many_tokens_and_a_narrow_mlp_split_the_tokens_instead():
     moved = {(c.direction, c.kind, c.value) for c in plan.collectives}
     assert ("forward", "all-gather", graph.outputs[0]) in moved
     assert ("backward", "all-reduce", "fc.weight") in moved and ("backward", "all-reduce", "proj.weight") in moved
-    megatron = evaluate(graph, {"fc.weight": split(0), "fc.bias": split(0), "proj.weight": split(1),
-                                "proj.bias": REPLICATED},
-                        {fc: rule_with(graph, fc, weight=split(0)), gelu: rule_with(graph, gelu, output=split(2)),
-                         proj: rule_with(graph, proj, weight=split(1))}, machine)
+    megatron = auto_shard(graph, machine, fixed={"fc.weight": split(0), "proj.weight": split(1)})
+    assert is_megatron(megatron, column=["fc"], row=["proj"])
     assert plan.seconds < megatron.seconds
 
 
