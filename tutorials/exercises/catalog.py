@@ -87,3 +87,12 @@ TESTS.update({
     "16.4": [f"{DISTILL}::test_the_loss_is_the_formula",
              f"{DISTILL}::test_limits_alpha_one_is_the_cross_entropy_and_a_perfect_student_has_no_soft_loss"],
 })
+
+# --- chapter 18: finding the strategy (the sharding search) ---
+AUTO_SHARDING, AUTO_SEARCH = f"{PLAN}/test_auto_sharding.py", f"{PLAN}/test_auto_search.py"
+TESTS.update({
+    "18.1": [f"{AUTO_SHARDING}::test_reshard_seconds_are_the_planners_alpha_beta_formulas",
+             f"{AUTO_SEARCH}::test_mlp_is_split_column_then_row_with_one_all_reduce[2]"],
+    "18.2": [f"{AUTO_SEARCH}::test_the_search_finds_the_brute_force_minimum",
+             f"{AUTO_SEARCH}::test_attention_is_split_by_heads_with_one_all_reduce[2]"],
+})

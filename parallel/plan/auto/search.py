@@ -91,6 +91,9 @@ def auto_shard(graph, machine, boundary=REPLICATED, fixed=None):
 def step(graph, node, rule, machine, live, position, last):
     """Seconds op `node` adds by `rule`: compute, its inputs' forward reshards, and the
     backward reshard of each input it reads last (whose gradient is then complete)."""
+    # exercise 18.2: one step of the dynamic program
+    # hint: the op's compute; for each input, the forward reshard into rule.inputs[index] and its gradient
+    # hint: joined into live[name]; an input read for the last time here leaves `live` and pays its gradient's reshard.
     cost = machine.compute_seconds(node, rule)
     for index, name in enumerate(node.inputs):
         layout, gradient = live[name]
@@ -101,6 +104,7 @@ def step(graph, node, rule, machine, live, position, last):
             layout, gradient = live.pop(name)
             cost += gradient_seconds(graph, name, layout, gradient, machine)
     return cost
+    # end exercise
 
 
 def gradient_seconds(graph, name, layout, gradient, machine):
