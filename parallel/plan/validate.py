@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from ..hybrid import HybridGPT
 from ..launch import run_on_mpi_ranks
 from ..mesh import Mesh
 from ..pipeline.partition import balance_by_parameters
+from .calibrate import ping_pong_seconds
 from .cost import estimate
 from .layout import Layout
 from .memory import param_bytes_per_rank
@@ -121,13 +123,29 @@ def measure_parts_on_every_rank(group, config, b, tp):
     return PartCosts(tuple(flat[0:2]), tuple(flat[2:4]), tuple(flat[4:6]), float(flat[6]))
 
 
+def measure_link(group):
+    """{"alpha_us", "bandwidth_gbps"} between ranks 0 and 1 by calibrate's ping-pong (the other
+    ranks wait at its barriers)."""
+    large = 8 * 2**20
+    if group.rank > 1:
+        group.barrier()
+        group.barrier()
+        return None
+    alpha = ping_pong_seconds(group, 8, repeats=200)
+    one_way = ping_pong_seconds(group, large, repeats=5)
+    return {"alpha_us": alpha * 1e6, "bandwidth_gbps": large / max(one_way - alpha, 1e-12) / 1e9}
+
+
 def worker(config_name, batch, microbatch_counts, steps, repeats):
     """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
-    every layout alike), each sweep measuring the parts first; rank 0 prints one JSON line
-    per part and layout and sweep."""
+    every layout alike), each sweep measuring the link and the parts first; rank 0 prints one
+    JSON line per link, part and layout and sweep."""
     group, config = world(), get_config(config_name)
     runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
     for _ in range(repeats):
+        link = measure_link(group)
+        if group.rank == 0:
+            print(json.dumps({"link": link}), flush=True)
         for b, tp in sorted({(batch // (layout[0] * m), layout[1]) for layout, m in runs}):
             parts = measure_parts_on_every_rank(group, config, b, tp)
             if group.rank == 0:
@@ -161,17 +179,33 @@ def merge_parts(lines):
             for key, runs in by_key.items()}
 
 
+def merge_links(lines):
+    """The median α and bandwidth over the sweeps."""
+    return {key: float(np.median([line["link"][key] for line in lines])) for key in ("alpha_us", "bandwidth_gbps")}
+
+
 def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, ranks):
-    """(layout results, {(b, tp): PartCosts}) of one mpiexec job on `ranks` ranks."""
+    """The worker's JSON lines of one mpiexec job on `ranks` ranks."""
     try:
         output = run_on_mpi_ranks(ranks, "parallel.plan.validate", "--worker", "--config", config_name,
                                   "--batch", batch, "--microbatches", ",".join(map(str, microbatch_counts)),
                                   "--steps", steps, "--repeats", repeats, timeout=timeout)
     except RuntimeError as error:
         raise SystemExit(f"python -m parallel.plan.validate: {error}") from None
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    return [line for line in output.splitlines() if line.startswith("{")]
+
+
+def merge(lines):
+    """(layout results, {(b, tp): PartCosts}, link figures) of the worker's JSON lines."""
+    lines = [json.loads(line) for line in lines]
     return (merge_sweeps([line for line in lines if "layout" in line]),
-            merge_parts([line for line in lines if "parts" in line]))
+            merge_parts([line for line in lines if "parts" in line]),
+            merge_links([line for line in lines if "link" in line]))
+
+
+def with_link(profile, link):
+    """`profile` with its intra-node link replaced by the measured one."""
+    return {**profile, "name": f"{profile['name']}, measured link", "intra": link}
 
 
 def ranks(values):
@@ -234,15 +268,16 @@ def layout_of(result):
     return Layout(dp, tp, pp, result["microbatches"], zero=zero)
 
 
-def predictions(config, batch, profile, results, parts):
-    """{"closed form": [s], "simulated": [s]} for each result (simulated: with the measured
-    parts of its micro-batch size and tp)."""
-    closed, simulated = [], []
+def predictions(config, batch, profile, results, parts, link):
+    """{"closed form": [s], "simulated": [s]} for each result (closed form: cost.estimate with
+    `profile`; simulated: the measured parts of its micro-batch size and tp, the measured link)."""
+    closed, simulated, measured_link = [], [], with_link(profile, link)
     for result in results:
         layout, balance = layout_of(result), balance_of(config, result["layout"][2])
         closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
         b = batch // (layout.dp * layout.micro_batches)
-        simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], profile, balance).total))
+        simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link,
+                                             balance).total))
     return {"closed form": closed, "simulated": simulated}
 
 
@@ -251,10 +286,11 @@ def noise(results):
     return float(np.median([(r["spread"][1] - r["spread"][0]) / r["seconds"] for r in results]))
 
 
-def report_time(config, batch, profile, results, parts):
-    predicted = predictions(config, batch, profile, results, parts)
+def report_time(config, batch, profile, results, parts, link):
+    predicted = predictions(config, batch, profile, results, parts, link)
     measured = [r["seconds"] for r in results]
-    print(f"\nstep time, {config} batch {batch}, profile {profile['name']}; run-to-run noise "
+    print(f"\nstep time, {config} batch {batch}, profile {profile['name']} (the simulation: its measured link, "
+          f"α {link['alpha_us']:.3g} µs, {link['bandwidth_gbps']:.3g} GB/s); run-to-run noise "
           f"(median (max-min)/median of the sweeps): {noise(results):.1%}")
     print(f"{'layout':<18}{'m':>3}{'closed s':>10}{'simulated s':>13}{'measured s':>12}{'(min-max of sweeps)':>22}"
           f"{'sim error':>11}")
@@ -284,6 +320,8 @@ def main(argv=None):
     parser.add_argument("--calibrate", action="store_true", help="measure this machine first and also "
                         "predict with that profile")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--save", help="also write the worker's raw JSON lines to this file")
+    parser.add_argument("--load", help="report from a file --save wrote instead of running the job")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batch = args.batch or DEFAULT_BATCH[args.config]
@@ -293,15 +331,20 @@ def main(argv=None):
     if args.calibrate:
         from .calibrate import calibrate
         profiles.append(calibrate())
-    results, parts = measure(args.config, batch, args.microbatches, args.steps, args.repeats, args.timeout,
-                             args.ranks)
+    if args.load:
+        lines = Path(args.load).read_text().splitlines()
+    else:
+        lines = measure(args.config, batch, args.microbatches, args.steps, args.repeats, args.timeout, args.ranks)
+    if args.save:
+        Path(args.save).write_text("\n".join(lines) + "\n")
+    results, parts, link = merge(lines)
     config = get_config(args.config)
     cores = os.cpu_count()
     print(f"{args.ranks} MPI ranks on {cores} cores{' (oversubscribed)' if args.ranks > cores else ''}, "
           f"one BLAS thread each; {args.repeats} sweeps of {args.steps} timed steps")
     report_memory(config, results)
     for profile in profiles:
-        report_time(config, batch, profile, results, parts)
+        report_time(config, batch, profile, results, parts, link)
     return 0
 
 
