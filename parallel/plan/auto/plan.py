@@ -33,16 +33,17 @@ def boundary_layout(node, boundary):
     return boundary if dim is None or dim < len(node.shape) else REPLICATED
 
 
-def forward_seconds(graph, name, source, target, machine):
-    """Seconds to bring value `name` from `source` into the layout a reader needs. A parameter
-    is read as it is stored (or sliced, for free): gathering weights before use is ZeRO-3's
-    business (chapter 13), not this search's, so it costs infinity here."""
-    seconds = machine.reshard_seconds(source, target, value_bytes(graph.node(name)))
-    return float("inf") if seconds and graph.node(name).op == "param" else seconds
+def forward_seconds(node, source, target, machine, nbytes):
+    """Seconds to bring `node`'s value (`nbytes`) from `source` into the layout a reader needs.
+    A parameter is read as it is stored (or sliced, for free): gathering weights before use is
+    ZeRO-3's business (chapter 13), not this search's, so it costs infinity here."""
+    seconds = machine.reshard_seconds(source, target, nbytes)
+    return float("inf") if seconds and node.op == "param" else seconds
 
 
 def node_rules(graph, node, tp):
-    return rules(node.op, node.attrs, [graph.node(name).shape for name in node.inputs], node.shape, tp)
+    nodes = {n.name: n for n in graph.nodes}
+    return rules(node.op, node.attrs, [nodes[name].shape for name in node.inputs], node.shape, tp)
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,14 @@ def evaluate(graph, leaf_layouts, op_rules, machine, boundary=REPLICATED):
     layouts = {n.name: leaf_layouts.get(n.name) or boundary_layout(n, boundary) if is_leaf(n)
                else op_rules[n.name].output for n in graph.nodes}
     gradients, collectives, compute = {}, [], 0.0
+    nodes = {n.name: n for n in graph.nodes}
 
     def move(value, direction, source, target):
-        seconds = (forward_seconds(graph, value, source, target, machine) if direction == "forward"
-                   else machine.reshard_seconds(source, target, value_bytes(graph.node(value))))
+        nbytes = value_bytes(nodes[value])
+        seconds = (forward_seconds(nodes[value], source, target, machine, nbytes) if direction == "forward"
+                   else machine.reshard_seconds(source, target, nbytes))
         if seconds:
-            collectives.append(Collective(value, direction, source, target, value_bytes(graph.node(value)),
-                                          seconds))
+            collectives.append(Collective(value, direction, source, target, nbytes, seconds))
 
     for node in graph.nodes:
         if is_leaf(node):
@@ -116,7 +118,7 @@ def evaluate(graph, leaf_layouts, op_rules, machine, boundary=REPLICATED):
             move(name, "forward", layouts[name], rule.inputs[index])
             gradients[name] = join(gradients.get(name), rule.input_gradient(index))
     for name in graph.outputs:
-        out = boundary_layout(graph.node(name), boundary)
+        out = boundary_layout(nodes[name], boundary)
         move(name, "forward", layouts[name], out)
         gradients[name] = join(gradients.get(name), gradient_layout(out))
     for name, gradient in gradients.items():

@@ -17,15 +17,15 @@ from .plan import boundary_layout, evaluate, forward_seconds, is_leaf, node_rule
 from .sharding import PARTIAL, REPLICATED, gradient_layout, join, layouts_of
 
 
-def walk_order(graph):
+def walk_order(graph, nodes):
     """The ops in graph order, each parameter (or input) just before its first reader."""
     order, seen = [], set()
     for node in graph.nodes:
         if is_leaf(node):
             continue
         for name in node.inputs:
-            if name not in seen and is_leaf(graph.node(name)):
-                order.append(graph.node(name))
+            if name not in seen and is_leaf(nodes[name]):
+                order.append(nodes[name])
                 seen.add(name)
         order.append(node)
     return order
@@ -56,7 +56,9 @@ def auto_shard(graph, machine, boundary=REPLICATED, fixed=None):
     """The ShardingPlan of least seconds (compute + communication) over machine.tp ranks;
     `fixed` {parameter: layout} pins some parameters (price a hand-made split: the search
     fills in the rest)."""
-    order = walk_order(graph)
+    nodes = {n.name: n for n in graph.nodes}
+    sizes = {name: value_bytes(node) for name, node in nodes.items()}
+    order = walk_order(graph, nodes)
     last = last_readers(graph, order)
     # state: ((value, layout, gradient so far), ...) sorted by value -> (seconds, choices)
     best = {(): (0.0, ())}
@@ -69,26 +71,26 @@ def auto_shard(graph, machine, boundary=REPLICATED, fixed=None):
             for layout, rule in options:
                 cost, after = seconds, dict(live)
                 if rule is not None:
-                    cost += step(graph, node, rule, machine, after, position, last)
+                    cost += step(nodes, sizes, node, rule, machine, after, position, last)
                 if last.get(node.name, -1) > position:
                     after[node.name] = (layout, None)
                 key = tuple(sorted((value, *lg) for value, lg in after.items()))
                 if key not in following or cost < following[key][0]:
                     following[key] = (cost, (choices, (node.name, layout, rule)))
         best = following
-    state = min(best, key=lambda state: best[state][0] + finish(graph, state, machine, boundary))
+    state = min(best, key=lambda state: best[state][0] + finish(nodes, sizes, state, machine, boundary))
     leaves, op_rules = {}, {}
     choices = best[state][1]
     while choices:
         choices, (name, layout, rule) = choices
         if rule is not None:
             op_rules[name] = rule
-        elif graph.node(name).op == "param":
+        elif nodes[name].op == "param":
             leaves[name] = layout
     return evaluate(graph, leaves, op_rules, machine, boundary)
 
 
-def step(graph, node, rule, machine, live, position, last):
+def step(nodes, sizes, node, rule, machine, live, position, last):
     """Seconds op `node` adds by `rule`: compute, its inputs' forward reshards, and the
     backward reshard of each input it reads last (whose gradient is then complete)."""
     # exercise 18.2: one step of the dynamic program
@@ -97,27 +99,27 @@ def step(graph, node, rule, machine, live, position, last):
     cost = machine.compute_seconds(node, rule)
     for index, name in enumerate(node.inputs):
         layout, gradient = live[name]
-        cost += forward_seconds(graph, name, layout, rule.inputs[index], machine)
+        cost += forward_seconds(nodes[name], layout, rule.inputs[index], machine, sizes[name])
         live[name] = (layout, join(gradient, rule.input_gradient(index)))
     for name in set(node.inputs):
         if last[name] == position:
             layout, gradient = live.pop(name)
-            cost += gradient_seconds(graph, name, layout, gradient, machine)
+            cost += gradient_seconds(layout, gradient, machine, sizes[name])
     return cost
     # end exercise
 
 
-def gradient_seconds(graph, name, layout, gradient, machine):
+def gradient_seconds(layout, gradient, machine, nbytes):
     if gradient is None:
         return 0.0
-    return machine.reshard_seconds(gradient, gradient_layout(layout), value_bytes(graph.node(name)))
+    return machine.reshard_seconds(gradient, gradient_layout(layout), nbytes)
 
 
-def finish(graph, state, machine, boundary):
+def finish(nodes, sizes, state, machine, boundary):
     """Seconds the outputs still owe: into the boundary layout forward, their gradients back."""
     cost = 0.0
     for name, layout, gradient in state:
-        out = boundary_layout(graph.node(name), boundary)
-        cost += machine.reshard_seconds(layout, out, value_bytes(graph.node(name)))
-        cost += gradient_seconds(graph, name, layout, join(gradient, gradient_layout(out)), machine)
+        out = boundary_layout(nodes[name], boundary)
+        cost += machine.reshard_seconds(layout, out, sizes[name])
+        cost += gradient_seconds(layout, join(gradient, gradient_layout(out)), machine, sizes[name])
     return cost

@@ -15,6 +15,7 @@ The α–β formulas are the planner's own (parallel/plan/cost.py), so the searc
 whole-model estimate price a collective alike.
 """
 import re
+from functools import cache
 
 from ..cost import all_gather, ring_all_reduce
 
@@ -26,6 +27,7 @@ def split(dim):
     return f"S({dim})"
 
 
+@cache
 def split_dim(layout):
     """d of S(d); None for R and P."""
     match = _SPLIT.fullmatch(layout)
