@@ -1,10 +1,11 @@
 """Step time by simulation: replay the pipeline schedule's action lists with measured costs.
 
 The closed form of cost.py charges every stage the slowest one's time and a bubble of
-(p − 1)·t_stage. This module runs the schedule instead: `pipeline.checker` replays every
-rank's list of the actual schedule (`get_schedule`, the lists the executor runs) as a
-discrete-event simulation, each forward and backward taking its stage's measured time,
-each send/recv one α–β message. Then, as HybridGPT does after its last backward
+(p − 1)·t_stage. This module runs the schedule instead: it replays every rank's list of the
+actual schedule (`get_schedule`, the lists the executor runs) in global time
+(shared_cores.replay: `pipeline.checker`'s simulation when every rank has a core, and
+ranks that share cores speed up while others idle), each forward and backward taking its
+stage's measured time, each send/recv one α–β message. Then, as HybridGPT does after its last backward
 (`finish_grad_sync`: the dp buckets are all started there, so they do not overlap the
 backward), the dp gradient reduction and the optimizer step; the step ends when the
 slowest rank is done.
@@ -22,12 +23,12 @@ times an efficiency but what these kernels take here.
 """
 from dataclasses import dataclass
 
-from ..pipeline.checker import simulate
 from ..pipeline.schedules import get_schedule
 from .cost import estimate, link, ring_all_reduce, send_recv
 from .layout import get_precision
 from .memory import micro_batch_size
 from .model import param_count, stage_layers
+from .shared_cores import replay
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,11 @@ def stage_times(config, layout, b, parts, balance, tp_all_reduce):
     return times
 
 
-def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="float32"):
+def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="float32", alone_speedup=1.0):
     """The SimulatedStep of `layout` (a plan.Layout) with measured `parts` for its micro-batch
-    size and tp; the links are the profile's, as in cost.estimate."""
+    size and tp; the links are the profile's, as in cost.estimate. `alone_speedup`: how much
+    faster one rank computes while the others wait than when all compute (the ranks share
+    cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank."""
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
     _, tp_alpha, tp_beta = link(profile, 1, layout.tp)
@@ -76,8 +79,8 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
 
     times = stage_times(config, layout, b, parts, balance, tp_all_reduce)
     message = send_recv(b * config.block_size * config.d_model * precision.activation_bytes, pp_alpha, pp_beta)
-    events = simulate(get_schedule(layout.schedule, p, m), p, m, forward_time=[f for f, _ in times],
-                      backward_time=[bw for _, bw in times], comm_time=message)
+    costs = [{"forward": f, "backward": bw, "backward_input": bw / 2, "backward_weight": bw / 2} for f, bw in times]
+    events = replay(get_schedule(layout.schedule, p, m), costs, message, layout.dp * layout.tp, alone_speedup)
     ends = [max(e.end for e in events if e.rank == stage) for stage in range(p)]
     dp = estimate(config, layout, batch, profile, dtype, balance).comm["dp"]  # the closed form's dp time
     optimizer = [param_count(config, layout.tp, p, stage, balance) * parts.optimizer_per_param

@@ -136,6 +136,16 @@ def measure_link(group):
     return {"alpha_us": alpha * 1e6, "bandwidth_gbps": large / max(one_way - alpha, 1e-12) / 1e9}
 
 
+def measure_alone_speedup(group, config):
+    """On rank 0 (None elsewhere): a block's forward + backward time with every rank computing
+    over its time while the others wait in MPI — what a pipeline bubble frees (shared_cores)."""
+    together = sum(measure_parts(config, 2, 1).block)
+    group.barrier()
+    alone = sum(measure_parts(config, 2, 1).block) if group.rank == 0 else None
+    group.barrier()
+    return together / alone if group.rank == 0 else None
+
+
 def worker(config_name, batch, microbatch_counts, steps, repeats):
     """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
     every layout alike), each sweep measuring the link and the parts first; rank 0 prints one
@@ -143,9 +153,9 @@ def worker(config_name, batch, microbatch_counts, steps, repeats):
     group, config = world(), get_config(config_name)
     runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
     for _ in range(repeats):
-        link = measure_link(group)
+        link, speedup = measure_link(group), measure_alone_speedup(group, config)
         if group.rank == 0:
-            print(json.dumps({"link": link}), flush=True)
+            print(json.dumps({"link": {**link, "alone_speedup": speedup}}), flush=True)
         for b, tp in sorted({(batch // (layout[0] * m), layout[1]) for layout, m in runs}):
             parts = measure_parts_on_every_rank(group, config, b, tp)
             if group.rank == 0:
@@ -180,8 +190,9 @@ def merge_parts(lines):
 
 
 def merge_links(lines):
-    """The median α and bandwidth over the sweeps."""
-    return {key: float(np.median([line["link"][key] for line in lines])) for key in ("alpha_us", "bandwidth_gbps")}
+    """The median α, bandwidth and alone speed-up over the sweeps (no speed-up measured: 1)."""
+    return {key: float(np.median([line["link"].get(key, 1.0) for line in lines]))
+            for key in ("alpha_us", "bandwidth_gbps", "alone_speedup")}
 
 
 def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, ranks):
@@ -205,7 +216,8 @@ def merge(lines):
 
 def with_link(profile, link):
     """`profile` with its intra-node link replaced by the measured one."""
-    return {**profile, "name": f"{profile['name']}, measured link", "intra": link}
+    figures = {key: link[key] for key in ("alpha_us", "bandwidth_gbps")}
+    return {**profile, "name": f"{profile['name']}, measured link", "intra": figures}
 
 
 def ranks(values):
@@ -270,14 +282,15 @@ def layout_of(result):
 
 def predictions(config, batch, profile, results, parts, link):
     """{"closed form": [s], "simulated": [s]} for each result (closed form: cost.estimate with
-    `profile`; simulated: the measured parts of its micro-batch size and tp, the measured link)."""
+    `profile`; simulated: the measured parts of its micro-batch size and tp, the measured link,
+    the ranks sharing this machine's cores)."""
     closed, simulated, measured_link = [], [], with_link(profile, link)
     for result in results:
         layout, balance = layout_of(result), balance_of(config, result["layout"][2])
         closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
         b = batch // (layout.dp * layout.micro_batches)
         simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link,
-                                             balance).total))
+                                             balance, alone_speedup=link["alone_speedup"]).total))
     return {"closed form": closed, "simulated": simulated}
 
 
@@ -290,7 +303,8 @@ def report_time(config, batch, profile, results, parts, link):
     predicted = predictions(config, batch, profile, results, parts, link)
     measured = [r["seconds"] for r in results]
     print(f"\nstep time, {config} batch {batch}, profile {profile['name']} (the simulation: its measured link, "
-          f"α {link['alpha_us']:.3g} µs, {link['bandwidth_gbps']:.3g} GB/s); run-to-run noise "
+          f"α {link['alpha_us']:.3g} µs, {link['bandwidth_gbps']:.3g} GB/s; a rank alone {link['alone_speedup']:.3g}× "
+          f"as fast as all at once); run-to-run noise "
           f"(median (max-min)/median of the sweeps): {noise(results):.1%}")
     print(f"{'layout':<18}{'m':>3}{'closed s':>10}{'simulated s':>13}{'measured s':>12}{'(min-max of sweeps)':>22}"
           f"{'sim error':>11}")

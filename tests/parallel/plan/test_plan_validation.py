@@ -24,6 +24,7 @@ from parallel.plan.validate import (
     KINDS,
     LAYOUTS,
     kendall,
+    measure_alone_speedup,
     measure_link,
     measure_memory,
     measure_parts_on_every_rank,
@@ -139,6 +140,12 @@ def test_the_link_is_measured_between_ranks_0_and_1_while_the_others_wait(size):
     assert got[2:] == [None] * (size - 2)
 
 
+def test_the_alone_speed_up_is_measured_on_rank_0():
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=2, d_model=8)
+    got = run_threads(2, lambda: measure_alone_speedup(parallel.world(), config))
+    assert got[0] > 0 and got[1] is None
+
+
 def test_a_saved_measurement_is_reported_again_without_running(tmp_path, capsys):
     """--load: the report of hand-made measurements (two 2-rank layouts of the small config);
     the simulation of dp2 is its parts' forward + backward of 2 blocks and the ends, then
@@ -152,7 +159,7 @@ def test_a_saved_measurement_is_reported_again_without_running(tmp_path, capsys)
     path = tmp_path / "measured.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     results, merged, link = merge(path.read_text().splitlines())
-    assert link == {"alpha_us": 10.0, "bandwidth_gbps": 1.0} and set(merged) == {(8, 1), (16, 2)}
+    assert link == {"alpha_us": 10.0, "bandwidth_gbps": 1.0, "alone_speedup": 1.0} and set(merged) == {(8, 1), (16, 2)}
     profile = load_profile("laptop-cpu")
     predicted, measured = report_time(get_config("small"), 16, profile, results, merged, link)
     dp = estimate(get_config("small"), Layout(dp=2), 16, with_link(profile, link)).comm["dp"]
