@@ -35,6 +35,7 @@ from parallel.plan.validate import (
     report_time,
     run_layout,
     runnable,
+    separated,
     spearman,
     with_link,
 )
@@ -138,6 +139,10 @@ def test_the_link_is_measured_between_ranks_0_and_1_while_the_others_wait(size):
     got = run_threads(size, lambda: measure_link(parallel.world()))
     assert all(figures["alpha_us"] > 0 and figures["bandwidth_gbps"] > 0 for figures in got[:2])
     assert got[2:] == [None] * (size - 2)
+
+
+def test_only_layouts_further_apart_than_the_noise_are_chained():
+    assert separated([1.0, 1.05, 1.3, 1.2, 2.0], 0.1) == [0, 3, 4]   # 1.05 and 1.3 are within 10% of the last kept
 
 
 def test_the_alone_speed_up_is_measured_on_rank_0():
