@@ -166,3 +166,41 @@ link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.
 def scaler_events(draw):
     """(log2 of the initial scale 0..20, growth_interval 1..5, overflow flags of up to 30 steps)."""
     return draw(st.integers(0, 20)), draw(st.integers(1, 5)), draw(st.lists(st.booleans(), max_size=30))
+
+
+# --- parallel.plan.auto (the sharding search) ------------------------------------
+
+
+@st.composite
+def operator_graphs(draw, max_ops=3):
+    """A small random minitensor.graph.ir.Graph of 2-D values: an input, then ops (bias-free
+    Linear with a new weight, Gelu, Add, Mul, a row Sum) reading earlier values; sizes 1..6 so
+    some dimensions split over tp 2 or 3 and some do not. The last op and one other value are
+    outputs."""
+    from minitensor.graph.ir import Graph, Node
+    rows, width = draw(st.sampled_from([2, 3, 4, 6])), draw(st.sampled_from([2, 3, 4, 6]))
+    nodes, shapes = [Node("x", "input", shape=(rows, width))], {"x": (rows, width)}
+    for i in range(draw(st.integers(1, max_ops))):
+        op = draw(st.sampled_from(["Linear", "Gelu", "Add", "Mul", "Sum"]))
+        a = draw(st.sampled_from(sorted(shapes)))
+        shape = shapes[a]
+        if op == "Linear":
+            out = draw(st.sampled_from([1, 2, 3, 4, 6]))
+            nodes.append(Node(f"w{i}", "param", shape=(out, shape[1])))
+            inputs, shape, flops = (a, f"w{i}"), (shape[0], out), 2 * shape[0] * shape[1] * out
+        elif op in ("Add", "Mul"):
+            inputs = (a, draw(st.sampled_from([v for v in sorted(shapes) if shapes[v] == shape])))
+            flops = shape[0] * shape[1]
+        else:
+            inputs, flops = (a,), shape[0] * shape[1]
+        attrs = {"axis": 1, "keepdims": True} if op == "Sum" else {}
+        shape = (shape[0], 1) if op == "Sum" else shape
+        nodes.append(Node(f"{op.lower()}_{i}", op, inputs, shape, attrs=attrs, flops=flops))
+        shapes[nodes[-1].name] = shape
+    outputs = {nodes[-1].name, draw(st.sampled_from(sorted(shapes)))}
+    return Graph(nodes, tuple(sorted(outputs)))
+
+
+# (tp, α seconds, β seconds per byte, flop/s): regimes from compute-bound to latency-bound.
+sharding_machines = st.tuples(st.sampled_from([2, 3]), st.sampled_from([0.0, 1e-7, 1e-4]),
+                              st.sampled_from([0.0, 1e-10, 1e-8]), st.sampled_from([1e6, 1e9]))

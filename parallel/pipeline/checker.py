@@ -54,16 +54,31 @@ class ScheduleReport:
 def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
     """Check `schedule` (one action list per rank) for p ranks, m micro-batches,
     v chunks per rank; return its simulated events and peak activations.
-    backward_time is a whole backward's; weight_time (default half of it) its W part."""
+    backward_time is a whole backward's; weight_time (default half of it) its W part.
+    Each time is one number for every rank or a list of one per rank."""
     _check_static(schedule, p, m, v)
-    weight_time = backward_time / 2 if weight_time is None else weight_time
-    costs = {"forward": forward_time, "backward": backward_time,
-             "backward_input": backward_time - weight_time, "backward_weight": weight_time}
-    run = _Run(schedule, p, v, costs, comm_time)
+    run = _Run(schedule, p, v, [_costs(*times) for times in zip(*(
+        _per_rank(t, p, name) for name, t in (("forward_time", forward_time), ("backward_time", backward_time),
+                                              ("weight_time", weight_time))))], comm_time)
     run.until_blocked()
     run.raise_if_stuck()
     run.check_complete(m)
     return ScheduleReport(run.events, run.peak, run.peak_pending)
+
+
+def _per_rank(value, p, name):
+    """A cost given once for all ranks, or one per rank (stages of unequal work)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != p:
+            raise ValueError(f"{name} has {len(value)} entries for p={p} ranks")
+        return list(value)
+    return [value] * p
+
+
+def _costs(forward_time, backward_time, weight_time):
+    weight_time = backward_time / 2 if weight_time is None else weight_time
+    return {"forward": forward_time, "backward": backward_time,
+            "backward_input": backward_time - weight_time, "backward_weight": weight_time}
 
 
 def simulate(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
@@ -166,7 +181,7 @@ class _Run:
                                 f"of micro-batch {a.microbatch}, chunk {a.chunk} before it")
         self.done.update(produced)
         self.count_stored(rank, a.kind)
-        self.record(rank, a, self.clock[rank], self.clock[rank] + self.compute_time[a.kind])
+        self.record(rank, a, self.clock[rank], self.clock[rank] + self.compute_time[rank][a.kind])
 
     def count_stored(self, rank, kind):
         """A forward stores a micro-batch; the backward, or else the W, frees it."""

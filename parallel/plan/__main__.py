@@ -6,6 +6,8 @@
         --devices 16 --device v100-32gb --batch 256 --explain 1
     python -m parallel.plan --config medium --devices 8 --mem-per-device 2GB --batch 8 --max-cp 4 --longest-sequence
     python -m parallel.plan --calibrate
+    python -m parallel.plan --config medium --devices 2 --auto-shard
+    python -m parallel.plan --config medium --devices 2 --simulate --top 4
 """
 import argparse
 import re
@@ -75,6 +77,12 @@ def build_parser():
     parser.add_argument("--calibrate", action="store_true",
                         help="measure this machine and write a laptop-cpu-calibrated profile")
     parser.add_argument("--output", help="where --calibrate writes (default: the cache dir)")
+    parser.add_argument("--auto-shard", action="store_true",
+                        help="search the tensor-parallel sharding of one traced block over --devices ranks "
+                        "(micro-batch: --batch sequences) and print it (parallel.plan.auto)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="also predict the top rows by replaying their pipeline schedule with part costs "
+                        "measured on this machine (parallel.plan.simulate)")
     return parser
 
 
@@ -131,6 +139,8 @@ def main(argv=None):
         calibrate(args.output)
         return 0
     config = model_config(args, parser)
+    if args.auto_shard:
+        return print_auto_shard(config, args.devices, args.batch or 1, args.device)
     if args.batch is None and args.config is None:
         parser.error("--batch is required when the model is given by its dims")
     batch = args.batch or DEFAULT_BATCH[args.config]
@@ -166,6 +176,8 @@ def main(argv=None):
     if not result.ranked:
         return 1
     print(format_table(result.ranked[:args.top]))
+    if args.simulate:
+        print_simulated(config, result.ranked[:args.top], batch, profile, dtype)
     if args.explain is not None:
         if not 1 <= args.explain <= len(result.ranked):
             parser.error(f"--explain {args.explain} is not a rank between 1 and "
@@ -173,6 +185,35 @@ def main(argv=None):
         print(f"\nderivation of rank {args.explain}:")
         print("\n".join("  " + line for line in result.ranked[args.explain - 1].lines))
     return 0
+
+
+def print_auto_shard(config, tp, micro_batch, device):
+    """The cheapest sharding of one traced block over tp ranks (parallel.plan.auto)."""
+    from .auto import Machine, auto_shard, block_graph
+    graph = block_graph(config, micro_batch)
+    machine = Machine.from_profile(device, tp, "float32")
+    plan = auto_shard(graph, machine)
+    print(f"one block of {config} on a micro-batch of {micro_batch}, tp={tp} on {device} "
+          f"(α {machine.alpha:.3g} s, β {machine.beta:.3g} s/B, {machine.rate:.3g} flop/s)")
+    print(plan.table(graph))
+    print(plan.summary())
+    return 0
+
+
+def print_simulated(config, estimates, batch, profile, dtype):
+    """Closed form vs simulated step time of the top rows, parts measured here, one process."""
+    from .parts import measure_parts
+    from .simulate import simulate_step
+    print(f"\nsimulated (schedule replayed, parts measured on this machine, one process, {dtype}):")
+    print(f"{'#':<3}{'layout':<16}{'m':>3}{'closed s':>11}{'simulated s':>13}")
+    parts = {}
+    for index, est in enumerate(estimates, 1):
+        layout = est.layout
+        b = batch // (layout.dp * layout.micro_batches)
+        if (b, layout.tp) not in parts:
+            parts[(b, layout.tp)] = measure_parts(config, b, layout.tp, dtype=dtype)
+        simulated = simulate_step(config, layout, batch, parts[(b, layout.tp)], profile, dtype=dtype).total
+        print(f"{index:<3}{layout.name():<16}{layout.micro_batches:>3}{est.time['total']:>11.4g}{simulated:>13.4g}")
 
 
 def print_longest_sequences(config, args, batch, profile, dtype):

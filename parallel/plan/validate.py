@@ -2,18 +2,24 @@
 
     python -m parallel.plan.validate [--config medium] [--batch 8] [--steps 3] [--repeats 3]
                                      [--device laptop-cpu ...] [--calibrate] [--microbatches 2]
+                                     [--ranks 4]
 
-Launches ONE `mpiexec -n 4` job (one BLAS thread per rank) that trains every 4-rank
-layout the config can take (dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, dp2·tp2 ZeRO-1) for a
-few float32 steps of a HybridGPT, in `--repeats` interleaved sweeps; a layout's time is
-the median over sweeps of its median step time (slowest rank, after one warm-up step),
-shown with the sweeps' range, the run-to-run noise. Every rank also reports its measured
-parameter, gradient and optimizer-state bytes. Rank 0 prints one JSON line per layout and
-sweep; the parent compares:
+Launches ONE `mpiexec -n RANKS` job (one BLAS thread per rank) that trains every layout of
+that many ranks the config can take (4: dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, with
+ZeRO-1/2/3 variants; 2: dp2, tp2, pp2, dp2 ZeRO-1), each with every micro-batch count of
+`--microbatches` (a list: 1,2,4), for a few float32 steps of a HybridGPT, in `--repeats`
+interleaved sweeps; a layout's time is the median over sweeps of its median step time
+(slowest rank, after one warm-up step), shown with the sweeps' range, the run-to-run
+noise. Every rank also reports its measured parameter, gradient and optimizer-state bytes.
+Each sweep first measures the per-part costs (parallel/plan/parts.py) of every micro-batch
+size and tp the layouts use, on all ranks at once (so the parts share the cores as the
+runs do). Rank 0 prints one JSON line per layout (and part) and sweep; the parent compares:
 
     memory   measured bytes vs `param_bytes_per_rank` for every rank (relative error)
-    time     the planner's predicted order of the layouts vs the measured order, with
-             Spearman's rho and Kendall's tau (1 = same order, -1 = reversed)
+    time     the closed form's (cost.estimate) and the simulation's (simulate.py, from the
+             measured parts) predicted times vs the measured ones: Spearman's rho and
+             Kendall's tau of the order (1 = same order, -1 = reversed) and each
+             prediction's relative error
 
 `--calibrate` first measures this machine (`python -m parallel.plan --calibrate`) and
 also predicts with that profile. This is a report, not a timed test.
@@ -21,8 +27,10 @@ also predicts with that profile. This is a report, not a timed test.
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -35,15 +43,18 @@ from ..hybrid import HybridGPT
 from ..launch import run_on_mpi_ranks
 from ..mesh import Mesh
 from ..pipeline.partition import balance_by_parameters
+from .calibrate import ping_pong_seconds
 from .cost import estimate
 from .layout import Layout
 from .memory import param_bytes_per_rank
 from .model import DEFAULT_BATCH, get_config
+from .parts import measure_parts
 from .profiles import load_profile
+from .simulate import PartCosts, simulate_step
 
-LAYOUTS = [(4, 1, 1, 0), (2, 2, 1, 0), (2, 1, 2, 0), (1, 2, 2, 0), (1, 4, 1, 0), (1, 1, 4, 0), (2, 2, 1, 1),
-           (2, 1, 2, 2), (4, 1, 1, 3)]  # the last number: the ZeRO stage
-RANKS = 4
+LAYOUTS = {4: [(4, 1, 1, 0), (2, 2, 1, 0), (2, 1, 2, 0), (1, 2, 2, 0), (1, 4, 1, 0), (1, 1, 4, 0), (2, 2, 1, 1),
+               (2, 1, 2, 2), (4, 1, 1, 3)],   # the last number: the ZeRO stage
+           2: [(2, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 0), (2, 1, 1, 1)]}
 KINDS = ("params", "grads", "optim")
 
 
@@ -95,45 +106,118 @@ def run_layout(group, config, layout, batch, microbatches, steps):
     return float(np.median(times[1:])), every
 
 
-def runnable(config, batch, microbatches):
-    """The layouts of LAYOUTS this config and batch can take (tp divides the heads, a block
-    per stage, the batch splits into dp·m micro-batches)."""
-    return [(dp, tp, pp, zero) for dp, tp, pp, zero in LAYOUTS
+def runnable(config, batch, microbatches, ranks=4):
+    """The layouts of LAYOUTS[ranks] this config and batch can take (tp divides the heads, a
+    block per stage, the batch splits into dp·m micro-batches)."""
+    if ranks not in LAYOUTS:
+        raise ValueError(f"the validation knows layouts of {sorted(LAYOUTS)} ranks, not {ranks}")
+    return [(dp, tp, pp, zero) for dp, tp, pp, zero in LAYOUTS[ranks]
             if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
 
 
-def worker(config_name, batch, microbatches, steps, repeats):
+def measure_parts_on_every_rank(group, config, b, tp):
+    """PartCosts of (b, tp) measured on every rank at once, averaged over the ranks."""
+    parts = measure_parts(config, b, tp)
+    flat = np.array([*parts.embed, *parts.block, *parts.head, parts.optimizer_per_param])
+    flat = group.all_reduce(flat) / group.size
+    return PartCosts(tuple(flat[0:2]), tuple(flat[2:4]), tuple(flat[4:6]), float(flat[6]))
+
+
+def measure_link(group):
+    """{"alpha_us", "bandwidth_gbps"} between ranks 0 and 1 by calibrate's ping-pong (the other
+    ranks wait at its barriers)."""
+    large = 8 * 2**20
+    if group.rank > 1:
+        group.barrier()
+        group.barrier()
+        return None
+    alpha = ping_pong_seconds(group, 8, repeats=200)
+    one_way = ping_pong_seconds(group, large, repeats=5)
+    return {"alpha_us": alpha * 1e6, "bandwidth_gbps": large / max(one_way - alpha, 1e-12) / 1e9}
+
+
+def measure_alone_speedup(group, config):
+    """On rank 0 (None elsewhere): a block's forward + backward time with every rank computing
+    over its time while the others wait in MPI — what a pipeline bubble frees (shared_cores)."""
+    together = sum(measure_parts(config, 2, 1).block)
+    group.barrier()
+    alone = sum(measure_parts(config, 2, 1).block) if group.rank == 0 else None
+    group.barrier()
+    return together / alone if group.rank == 0 else None
+
+
+def worker(config_name, batch, microbatch_counts, steps, repeats):
     """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
-    every layout alike); rank 0 prints one JSON line per layout and sweep."""
+    every layout alike), each sweep measuring the link and the parts first; rank 0 prints one
+    JSON line per link, part and layout and sweep."""
     group, config = world(), get_config(config_name)
-    if group.size != RANKS:
-        raise ValueError(f"the validation worker needs {RANKS} ranks, got {group.size}")
+    runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
     for _ in range(repeats):
-        for layout in runnable(config, batch, microbatches):
-            seconds, memory = run_layout(group, config, layout, batch, microbatches, steps)
+        link, speedup = measure_link(group), measure_alone_speedup(group, config)
+        if group.rank == 0:
+            print(json.dumps({"link": {**link, "alone_speedup": speedup}}), flush=True)
+        for b, tp in sorted({(batch // (layout[0] * m), layout[1]) for layout, m in runs}):
+            parts = measure_parts_on_every_rank(group, config, b, tp)
             if group.rank == 0:
-                print(json.dumps({"layout": layout, "seconds": seconds, "memory": memory}), flush=True)
+                print(json.dumps({"parts": [b, tp], "costs": dataclasses.asdict(parts)}), flush=True)
+        for layout, m in runs:
+            seconds, memory = run_layout(group, config, layout, batch, m, steps)
+            if group.rank == 0:
+                print(json.dumps({"layout": layout, "microbatches": m, "seconds": seconds, "memory": memory}),
+                      flush=True)
 
 
 def merge_sweeps(lines):
-    """One result per layout: the median of its sweeps' seconds, and their range."""
+    """One result per (layout, micro-batches): the median of its sweeps' seconds, and their range."""
     by_layout = {}
     for line in lines:
-        by_layout.setdefault(tuple(line["layout"]), []).append(line)
-    return [{"layout": list(layout), "memory": runs[0]["memory"],
+        by_layout.setdefault((tuple(line["layout"]), line.get("microbatches")), []).append(line)
+    return [{"layout": list(layout), "microbatches": m, "memory": runs[0]["memory"],
              "seconds": float(np.median([r["seconds"] for r in runs])),
              "spread": (min(r["seconds"] for r in runs), max(r["seconds"] for r in runs))}
-            for layout, runs in by_layout.items()]
+            for (layout, m), runs in by_layout.items()]
 
 
-def measure(config_name, batch, microbatches, steps, repeats, timeout):
+def merge_parts(lines):
+    """{(b, tp): PartCosts}, each figure the median over the sweeps."""
+    by_key = {}
+    for line in lines:
+        by_key.setdefault(tuple(line["parts"]), []).append(line["costs"])
+    median = lambda runs, key: np.median([r[key] for r in runs], axis=0)  # noqa: E731
+    return {key: PartCosts(*(tuple(median(runs, k)) for k in ("embed", "block", "head")),
+                           float(median(runs, "optimizer_per_param")))
+            for key, runs in by_key.items()}
+
+
+def merge_links(lines):
+    """The median α, bandwidth and alone speed-up over the sweeps (no speed-up measured: 1)."""
+    return {key: float(np.median([line["link"].get(key, 1.0) for line in lines]))
+            for key in ("alpha_us", "bandwidth_gbps", "alone_speedup")}
+
+
+def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, ranks):
+    """The worker's JSON lines of one mpiexec job on `ranks` ranks."""
     try:
-        output = run_on_mpi_ranks(RANKS, "parallel.plan.validate", "--worker", "--config", config_name,
-                                  "--batch", batch, "--microbatches", microbatches, "--steps", steps,
-                                  "--repeats", repeats, timeout=timeout)
+        output = run_on_mpi_ranks(ranks, "parallel.plan.validate", "--worker", "--config", config_name,
+                                  "--batch", batch, "--microbatches", ",".join(map(str, microbatch_counts)),
+                                  "--steps", steps, "--repeats", repeats, timeout=timeout)
     except RuntimeError as error:
         raise SystemExit(f"python -m parallel.plan.validate: {error}") from None
-    return merge_sweeps([json.loads(line) for line in output.splitlines() if line.startswith("{")])
+    return [line for line in output.splitlines() if line.startswith("{")]
+
+
+def merge(lines):
+    """(layout results, {(b, tp): PartCosts}, link figures) of the worker's JSON lines."""
+    lines = [json.loads(line) for line in lines]
+    return (merge_sweeps([line for line in lines if "layout" in line]),
+            merge_parts([line for line in lines if "parts" in line]),
+            merge_links([line for line in lines if "link" in line]))
+
+
+def with_link(profile, link):
+    """`profile` with its intra-node link replaced by the measured one."""
+    figures = {key: link[key] for key in ("alpha_us", "bandwidth_gbps")}
+    return {**profile, "name": f"{profile['name']}, measured link", "intra": figures}
 
 
 def ranks(values):
@@ -191,18 +275,61 @@ def report_memory(config, results):
     return rows
 
 
-def report_time(config, batch, microbatches, profile, results):
-    predicted = [estimate(config, Layout(dp, tp, pp, microbatches, zero=zero), batch, profile).time["total"]
-                 for dp, tp, pp, zero in (r["layout"] for r in results)]
+def layout_of(result):
+    dp, tp, pp, zero = result["layout"]
+    return Layout(dp, tp, pp, result["microbatches"], zero=zero)
+
+
+def predictions(config, batch, profile, results, parts, link):
+    """{"closed form": [s], "simulated": [s]} for each result (closed form: cost.estimate with
+    `profile`; simulated: the measured parts of its micro-batch size and tp, the measured link,
+    the ranks sharing this machine's cores)."""
+    closed, simulated, measured_link = [], [], with_link(profile, link)
+    for result in results:
+        layout, balance = layout_of(result), balance_of(config, result["layout"][2])
+        closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
+        b = batch // (layout.dp * layout.micro_batches)
+        simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link,
+                                             balance, alone_speedup=link["alone_speedup"]).total))
+    return {"closed form": closed, "simulated": simulated}
+
+
+def noise(results):
+    """The run-to-run noise: the median over layouts of (max − min) / median of its sweeps."""
+    return float(np.median([(r["spread"][1] - r["spread"][0]) / r["seconds"] for r in results]))
+
+
+def separated(measured, noise):
+    """Indices of a chain of layouts, fastest first, each slower than the one before by more
+    than the run-to-run noise: the layouts whose order a measurement can tell."""
+    chain = []
+    for index in sorted(range(len(measured)), key=measured.__getitem__):
+        if not chain or measured[index] > measured[chain[-1]] * (1 + noise):
+            chain.append(index)
+    return chain
+
+
+def report_time(config, batch, profile, results, parts, link):
+    predicted = predictions(config, batch, profile, results, parts, link)
     measured = [r["seconds"] for r in results]
-    predicted_rank, measured_rank = ranks(predicted), ranks(measured)
-    print(f"\nstep time, {config} batch {batch}, m={microbatches}, profile {profile['name']}:")
-    print(f"{'layout':<18}{'predicted s':>12}{'measured s':>12}{'(min-max of sweeps)':>22}{'pred rank':>10}"
-          f"{'meas rank':>10}")
-    for r, p, m, pr, mr in zip(results, predicted, measured, predicted_rank, measured_rank):
+    print(f"\nstep time, {config} batch {batch}, profile {profile['name']} (the simulation: its measured link, "
+          f"α {link['alpha_us']:.3g} µs, {link['bandwidth_gbps']:.3g} GB/s; a rank alone {link['alone_speedup']:.3g}× "
+          f"as fast as all at once); run-to-run noise "
+          f"(median (max-min)/median of the sweeps): {noise(results):.1%}")
+    print(f"{'layout':<18}{'m':>3}{'closed s':>10}{'simulated s':>13}{'measured s':>12}{'(min-max of sweeps)':>22}"
+          f"{'sim error':>11}")
+    for r, closed, simulated, m in zip(results, predicted["closed form"], predicted["simulated"], measured):
         spread = f"({r['spread'][0]:.3g}-{r['spread'][1]:.3g})"
-        print(f"{layout_name(*r['layout']):<18}{p:>12.4g}{m:>12.4g}{spread:>22}{pr:>10g}{mr:>10g}")
-    print(f"Spearman rho = {spearman(predicted, measured):+.3f}, Kendall tau = {kendall(predicted, measured):+.3f}")
+        print(f"{layout_name(*r['layout']):<18}{r['microbatches']:>3}{closed:>10.4g}{simulated:>13.4g}{m:>12.4g}"
+              f"{spread:>22}{(simulated - m) / m:>+11.1%}")
+    chain = separated(measured, noise(results))
+    for name, values in predicted.items():
+        errors = [abs(p - m) / m for p, m in zip(values, measured)]
+        apart = [values[i] for i in chain]
+        print(f"{name}: Spearman rho = {spearman(values, measured):+.3f}, Kendall tau = "
+              f"{kendall(values, measured):+.3f}, largest error {max(errors):.1%}, within 25%: "
+              f"{sum(e <= 0.25 for e in errors)} of {len(errors)}; over the {len(chain)} layouts further apart "
+              f"than the noise: rho = {spearman(apart, [measured[i] for i in chain]):+.3f}")
     return predicted, measured
 
 
@@ -210,7 +337,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m parallel.plan.validate", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="medium", help="named model config (default medium)")
     parser.add_argument("--batch", type=int, help="global batch (default: the config's usual one)")
-    parser.add_argument("--microbatches", type=int, default=2)
+    parser.add_argument("--microbatches", type=micro_batch_counts, default=[2],
+                        help="micro-batch counts to run every layout with, e.g. 1,2,4 (default 2)")
+    parser.add_argument("--ranks", type=int, choices=sorted(LAYOUTS), default=4,
+                        help="the job's ranks; 4 on 2 cores oversubscribes them (said in the output)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per layout (after one warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="sweeps over the layouts (median taken)")
     parser.add_argument("--device", action="append", help="profile(s) to predict with (repeatable; "
@@ -218,6 +348,8 @@ def main(argv=None):
     parser.add_argument("--calibrate", action="store_true", help="measure this machine first and also "
                         "predict with that profile")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--save", help="also write the worker's raw JSON lines to this file")
+    parser.add_argument("--load", help="report from a file --save wrote instead of running the job")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batch = args.batch or DEFAULT_BATCH[args.config]
@@ -227,12 +359,31 @@ def main(argv=None):
     if args.calibrate:
         from .calibrate import calibrate
         profiles.append(calibrate())
-    results = measure(args.config, batch, args.microbatches, args.steps, args.repeats, args.timeout)
+    if args.load:
+        lines = Path(args.load).read_text().splitlines()
+    else:
+        lines = measure(args.config, batch, args.microbatches, args.steps, args.repeats, args.timeout, args.ranks)
+    if args.save:
+        Path(args.save).write_text("\n".join(lines) + "\n")
+    results, parts, link = merge(lines)
     config = get_config(args.config)
+    cores = os.cpu_count()
+    print(f"{args.ranks} MPI ranks on {cores} cores{' (oversubscribed)' if args.ranks > cores else ''}, "
+          f"one BLAS thread each; {args.repeats} sweeps of {args.steps} timed steps")
     report_memory(config, results)
     for profile in profiles:
-        report_time(config, batch, args.microbatches, profile, results)
+        report_time(config, batch, profile, results, parts, link)
     return 0
+
+
+def micro_batch_counts(text):
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--microbatches {text!r}: give positive counts separated by commas, e.g. 1,2,4")
+    return counts
 
 
 if __name__ == "__main__":

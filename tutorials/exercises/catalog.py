@@ -98,3 +98,12 @@ TESTS.update({
     "17.2": [f"{GRAPH_PASSES}::test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel",
              f"{GRAPH_PASSES}::test_all_passes_on_a_gpt_keep_its_loss_and_gradients"],
 })
+
+# --- chapter 18: finding the strategy (the sharding search) ---
+AUTO_SHARDING, AUTO_SEARCH = f"{PLAN}/test_auto_sharding.py", f"{PLAN}/test_auto_search.py"
+TESTS.update({
+    "18.1": [f"{AUTO_SHARDING}::test_reshard_seconds_are_the_planners_alpha_beta_formulas",
+             f"{AUTO_SEARCH}::test_mlp_is_split_column_then_row_with_one_all_reduce[2]"],
+    "18.2": [f"{AUTO_SEARCH}::test_the_search_finds_the_brute_force_minimum",
+             f"{AUTO_SEARCH}::test_attention_is_split_by_heads_with_one_all_reduce[2]"],
+})

@@ -94,3 +94,21 @@ def test_zero_bubble_schedules_are_choices_and_costed_as_such():
     bad = run("--n-layer", "4", "--d-model", "64", "--n-head", "4", "--vocab", "100", "--seq", "32",
               "--batch", "8", "--devices", "4", "--schedule", "zb-h3")
     assert bad.returncode == 2 and "'zb-h2'" in bad.stderr
+
+
+def test_auto_shard_prints_megatrons_split_of_a_traced_block():
+    done = run("--config", "small", "--devices", "2", "--batch", "2", "--auto-shard")
+    assert done.returncode == 0, done.stderr
+    assert "mlp.fc.weight S(0)" in done.stdout and "mlp.proj.weight S(1)" in done.stdout
+    collectives = [line.split()[:2] for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert collectives == [["forward", "all-reduce"]] * 2 + [["backward", "all-reduce"]] * 2
+
+
+def test_simulate_adds_the_replayed_schedules_prediction_of_the_top_rows():
+    done = run("--n-layer", "2", "--d-model", "16", "--n-head", "2", "--vocab", "16", "--seq", "8", "--batch", "4",
+               "--devices", "2", "--top", "2", "--simulate")
+    assert done.returncode == 0, done.stderr
+    table = done.stdout[done.stdout.index("simulated (schedule replayed"):].splitlines()
+    assert table[1].split() == ["#", "layout", "m", "closed", "s", "simulated", "s"]
+    assert [row.split()[0] for row in table[2:]] == ["1", "2"]
+    assert all(float(row.split()[-1]) > 0 for row in table[2:])

@@ -6,6 +6,7 @@ parameters, gradients after a synced backward, and AdamW / ZeRO state after a st
 the shards, measured from the live arrays, with every unit padded to dp equal chunks).
 """
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -15,8 +16,30 @@ import parallel
 from minitensor.models import gpt as dense
 from parallel import HybridGPT, Mesh, run_threads
 from parallel.pipeline.partition import balance_by_parameters
-from parallel.plan import GPTConfig, param_bytes_per_rank
-from parallel.plan.validate import KINDS, kendall, measure_memory, memory_errors, ranks, run_layout, runnable, spearman
+from parallel.plan import GPTConfig, Layout, estimate, get_config, load_profile, param_bytes_per_rank
+from parallel.plan.model import block_param_count
+from parallel.plan.parts import local_config
+from parallel.plan.simulate import PartCosts
+from parallel.plan.validate import (
+    KINDS,
+    LAYOUTS,
+    kendall,
+    measure_alone_speedup,
+    measure_link,
+    measure_memory,
+    measure_parts_on_every_rank,
+    memory_errors,
+    merge,
+    merge_parts,
+    ranks,
+    report_time,
+    run_layout,
+    runnable,
+    separated,
+    spearman,
+    with_link,
+)
+from parallel.tensor_parallel.sharding import padded_size
 
 # vocab 13 is padded under tp 2 and 4; 4 blocks allow pp 4.
 CONFIG = GPTConfig(vocab_size=13, block_size=8, n_layer=4, n_head=4, d_model=16)
@@ -81,3 +104,69 @@ def test_rank_statistics():
     a, b = [5, 1, 4, 2, 3], [2, 1, 5, 3, 4]
     d2 = sum((x - y) ** 2 for x, y in zip(ranks(a), ranks(b)))
     assert spearman(a, b) == pytest.approx(1 - 6 * d2 / (5 * 24))
+
+
+def test_two_rank_layouts_and_an_unknown_rank_count():
+    small = GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128)
+    assert runnable(small, 16, 2, ranks=2) == LAYOUTS[2]
+    with pytest.raises(ValueError, match="not 3"):
+        runnable(small, 16, 2, ranks=3)
+
+
+def test_merge_parts_takes_each_figures_median_over_the_sweeps():
+    costs = [dict(embed=[e, 2 * e], block=[3.0, 4.0], head=[5.0, 6.0], optimizer_per_param=e) for e in (1.0, 9.0, 2.0)]
+    merged = merge_parts([{"parts": [2, 1], "costs": c} for c in costs])
+    assert merged == {(2, 1): PartCosts((2.0, 4.0), (3.0, 4.0), (5.0, 6.0), 2.0)}
+
+
+def test_parts_are_measured_on_every_rank_and_averaged():
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=2, d_model=8)
+    got = run_threads(2, lambda: measure_parts_on_every_rank(parallel.world(), config, 2, 2))
+    assert got[0] == got[1]
+    assert all(t > 0 for t in (*got[0].embed, *got[0].block, *got[0].head, got[0].optimizer_per_param))
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_tp_ranks_local_block_holds_the_parameters_the_planner_counts(tp):
+    config = GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=4, d_model=16)
+    local = dense.GPT(local_config(config, tp), dtype=np.float64)
+    assert local.blocks[0].num_parameters() == block_param_count(config.d_model, tp)
+    assert local.config.vocab_size == padded_size(config.vocab_size, tp) // tp
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_the_link_is_measured_between_ranks_0_and_1_while_the_others_wait(size):
+    got = run_threads(size, lambda: measure_link(parallel.world()))
+    assert all(figures["alpha_us"] > 0 and figures["bandwidth_gbps"] > 0 for figures in got[:2])
+    assert got[2:] == [None] * (size - 2)
+
+
+def test_only_layouts_further_apart_than_the_noise_are_chained():
+    assert separated([1.0, 1.05, 1.3, 1.2, 2.0], 0.1) == [0, 3, 4]   # 1.05 and 1.3 are within 10% of the last kept
+
+
+def test_the_alone_speed_up_is_measured_on_rank_0():
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=2, n_head=2, d_model=8)
+    got = run_threads(2, lambda: measure_alone_speedup(parallel.world(), config))
+    assert got[0] > 0 and got[1] is None
+
+
+def test_a_saved_measurement_is_reported_again_without_running(tmp_path, capsys):
+    """--load: the report of hand-made measurements (two 2-rank layouts of the small config);
+    the simulation of dp2 is its parts' forward + backward of 2 blocks and the ends, then
+    the dp all-reduce and the optimizer, on the measured link."""
+    parts = {"embed": [0.0, 0.0], "block": [0.1, 0.2], "head": [0.0, 0.0], "optimizer_per_param": 0.0}
+    lines = [{"link": {"alpha_us": 10.0, "bandwidth_gbps": 1.0}},
+             {"parts": [8, 1], "costs": parts}, {"parts": [16, 2], "costs": parts}]
+    memory = [{"params": 1, "grads": 1, "optim": 1}] * 2
+    lines += [{"layout": layout, "microbatches": 1, "seconds": seconds, "memory": memory}
+              for layout, seconds in (([2, 1, 1, 0], 0.7), ([1, 2, 1, 0], 0.9))]
+    path = tmp_path / "measured.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    results, merged, link = merge(path.read_text().splitlines())
+    assert link == {"alpha_us": 10.0, "bandwidth_gbps": 1.0, "alone_speedup": 1.0} and set(merged) == {(8, 1), (16, 2)}
+    profile = load_profile("laptop-cpu")
+    predicted, measured = report_time(get_config("small"), 16, profile, results, merged, link)
+    dp = estimate(get_config("small"), Layout(dp=2), 16, with_link(profile, link)).comm["dp"]
+    assert predicted["simulated"][0] == pytest.approx(2 * 0.3 + dp) and measured == [0.7, 0.9]
+    assert "simulated: Spearman rho = +1.000" in capsys.readouterr().out

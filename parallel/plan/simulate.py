@@ -1,0 +1,89 @@
+"""Step time by simulation: replay the pipeline schedule's action lists with measured costs.
+
+The closed form of cost.py charges every stage the slowest one's time and a bubble of
+(p − 1)·t_stage. This module runs the schedule instead: it replays every rank's list of the
+actual schedule (`get_schedule`, the lists the executor runs) in global time
+(shared_cores.replay: `pipeline.checker`'s simulation when every rank has a core, and
+ranks that share cores speed up while others idle), each forward and backward taking its
+stage's measured time, each send/recv one α–β message. Then, as HybridGPT does after its last backward
+(`finish_grad_sync`: the dp buckets are all started there, so they do not overlap the
+backward), the dp gradient reduction and the optimizer step; the step ends when the
+slowest rank is done.
+
+A stage's forward of one micro-batch of b sequences on one tp rank:
+    [first]  embedding + 1 all-reduce of b·s·h (vocab-parallel lookup)
+    L ×      block + 2 all-reduces of b·s·h (after attention's and the MLP's row-parallel
+             linear: Megatron's g)
+    [last]   final LayerNorm, lm_head and loss + 3 all-reduces of b·s floats (vocab-parallel
+             cross-entropy: max, sum of exponentials, target logit)
+and its backward: the parts' backwards, 2 all-reduces per block and 1 into the head
+(Megatron's f). The parts' seconds (`PartCosts`) are measured on this machine, on the
+local shapes one tp rank computes (parallel/plan/parts.py), so compute is not a peak rate
+times an efficiency but what these kernels take here.
+"""
+from dataclasses import dataclass
+
+from ..pipeline.schedules import get_schedule
+from .cost import estimate, link, ring_all_reduce, send_recv
+from .layout import get_precision
+from .memory import micro_batch_size
+from .model import param_count, stage_layers
+from .shared_cores import replay
+
+
+@dataclass(frozen=True)
+class PartCosts:
+    """Measured seconds of one micro-batch on one tp rank, forward and backward of each part,
+    and of the optimizer step per parameter held."""
+    embed: tuple           # (forward, backward)
+    block: tuple
+    head: tuple
+    optimizer_per_param: float
+
+
+@dataclass
+class SimulatedStep:
+    total: float           # seconds of the step: the slowest rank's end
+    stage_ends: list       # when each pipeline stage finished its last action
+    stage_times: list      # (forward, backward) seconds of one micro-batch per stage
+    dp: float
+    optimizer: list        # per stage
+    events: list           # the pipeline's Events (checker.Event), for a timeline
+
+
+def stage_times(config, layout, b, parts, balance, tp_all_reduce):
+    """(forward, backward) seconds of one micro-batch on each stage, tp collectives included."""
+    activation, small = tp_all_reduce(b * config.block_size * config.d_model), tp_all_reduce(b * config.block_size)
+    times = []
+    for stage, blocks in enumerate(stage_layers(config.n_layer, layout.pp, balance)):
+        first, last = stage == 0, stage == layout.pp - 1
+        forward = blocks * (parts.block[0] + 2 * activation) + first * (parts.embed[0] + activation) \
+            + last * (parts.head[0] + 3 * small)
+        backward = blocks * (parts.block[1] + 2 * activation) + first * parts.embed[1] + last * (parts.head[1] + activation)
+        times.append((forward, backward))
+    return times
+
+
+def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="float32", alone_speedup=1.0):
+    """The SimulatedStep of `layout` (a plan.Layout) with measured `parts` for its micro-batch
+    size and tp; the links are the profile's, as in cost.estimate. `alone_speedup`: how much
+    faster one rank computes while the others wait than when all compute (the ranks share
+    cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank."""
+    precision = get_precision(dtype)
+    b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
+    _, tp_alpha, tp_beta = link(profile, 1, layout.tp)
+    _, pp_alpha, pp_beta = link(profile, layout.tp * layout.dp, p)
+
+    def tp_all_reduce(elements):
+        return ring_all_reduce(layout.tp, elements * precision.activation_bytes, tp_alpha, tp_beta) if layout.tp > 1 else 0.0
+
+    times = stage_times(config, layout, b, parts, balance, tp_all_reduce)
+    message = send_recv(b * config.block_size * config.d_model * precision.activation_bytes, pp_alpha, pp_beta)
+    costs = [{"forward": f, "backward": bw, "backward_input": bw / 2, "backward_weight": bw / 2} for f, bw in times]
+    events = replay(get_schedule(layout.schedule, p, m), costs, message, layout.dp * layout.tp, alone_speedup)
+    ends = [max(e.end for e in events if e.rank == stage) for stage in range(p)]
+    dp = estimate(config, layout, batch, profile, dtype, balance).comm["dp"]  # the closed form's dp time
+    optimizer = [param_count(config, layout.tp, p, stage, balance) * parts.optimizer_per_param
+                 / (layout.dp if layout.zero else 1) for stage in range(p)]
+    total = max(end + dp + opt for end, opt in zip(ends, optimizer))
+    return SimulatedStep(total, ends, times, dp, optimizer, events)
