@@ -69,6 +69,7 @@ def whole_gpt():
     saved = activation_bytes(loss)
     weights = backward_input(loss)
     kept = weights.saved_bytes()
+    dy = sum({id(grad): grad.nbytes for _, _, grad, _ in weights.parts if grad is not None}.values())
     deferred = Counter(node.name for node, _, grad, _ in weights.parts if grad is not None)
     in_b = Counter(node.name for node, _, grad, _ in weights.parts if grad is None)
     print(f"\na GPT {CONFIG.n_layer} blocks, d_model {CONFIG.d_model}, {sum(p.size for p in model.parameters()):,} "
@@ -76,7 +77,8 @@ def whole_gpt():
     print(f"  nodes whose weight products wait for W: {dict(deferred)}")
     print(f"  nodes that compute their weight gradients in B (they wait, done): {dict(in_b)}")
     print(f"  parameters with a gradient after B: {sum(p.grad is not None for p in model.parameters())}")
-    print(f"  bytes saved for backward: {saved:,}; kept from B to W: {kept:,}")
+    print(f"  bytes saved for backward: {saved:,}; kept from B to W: {kept:,} (of which the waiting "
+          f"nodes' output gradients dy: {dy:,})")
     weights()
     diff = max(np.abs(p.grad - full[name]).max() for name, p in model.named_parameters())
     print(f"  B then W vs backward on the GPT, largest difference: {diff:.1e}")
