@@ -41,9 +41,10 @@ def recommended_config():
     700 (seed 3), and seed 1 stayed at 99.9% from step 600 to the end (one held-out problem
     wrong, the same with every speed switch off): with decay (which pulls back weights that
     only fit the training pairs) seeds 0 and 1 reach 100% sooner. The
-    steps do not depend on the machine's load; the time does: at the 25 ms per step last
-    measured on a quiet 2-core machine (one BLAS thread, keep_freed_memory), 1000 steps are
-    about 25 s (the 1500 steps took 38 s). Tried and rejected: lr 2e-3 with decay 0.1
+    steps do not depend on the machine's load; the time does: on this 2-core machine, quiet
+    (one BLAS thread, keep_freed_memory), a step takes about 50 ms, so 1000 steps train in
+    54 s for seed 1 (measured 2026-12-03; the 1500 steps took 65-90 s): fewer steps, not a
+    faster step, and still above the 30 s the issue aims at. Tried and rejected: lr 2e-3 with decay 0.1
     (seed 0 at 2% and seed 3 at 16% after 500 of 1000 steps); 3 digits (seed 0 reached
     100% in 1500 steps, seeds 1 and 2 stayed below 15%); lr 3e-3 (seed 1 stalled at 81%; a
     constant 3e-3 fell from 99% back to 72% late in training).
