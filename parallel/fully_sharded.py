@@ -53,6 +53,7 @@ import numpy as np
 from minitensor.autograd import is_grad_enabled, saved_tensors_hooks, topological_order
 
 from .data_parallel import DataParallel, output_tensors
+from .gather_order import gathers_due
 from .reducer import ShardedReducer, values_chunk
 from .zero import ZeroOptimizer
 
@@ -361,60 +362,6 @@ class Sharding:
         finishes first)."""
         return ([("forward", unit.name) for unit in self.forward_order]
                 + [("backward", unit.name) for unit in self.backward_order])
-
-
-def gathers_due(needed, issued, position, prefetch):
-    """Which backward gathers of a pass (indices into its list) to issue now that entry
-    `position` is read: every one not yet issued up to it, `prefetch` more, and those after
-    it that this rank will never read until the next it will (needed[k] False): so every
-    rank issues the whole list, in order, whatever its loss reaches."""
-    # exercise 13.2: the stage-3 backward gathers, in the pass's order
-    # hint: entry k is due if not issued[k] and either k <= position + prefetch, or every entry
-    # hint: position+1 .. k is one this rank will not read (not needed).
-    due = []
-    for k in range(len(needed)):
-        unneeded_between = not any(needed[position + 1:k + 1])
-        if not issued[k] and (k <= position + prefetch or unneeded_between):
-            due.append(k)
-    return due
-    # end exercise
-
-
-def check_gathers(needed_by_rank, prefetch):
-    """Simulate one pass's backward gathers on every rank (needed_by_rank[r][k]: does rank r's
-    backward read entry k; ranks read their entries in order) under `gathers_due`, with
-    collectives that complete once every rank has issued them. Returns each rank's issue
-    order; raises ValueError on a deadlock or if two ranks issue different sequences."""
-    ranks = len(needed_by_rank)
-    length = len(needed_by_rank[0])
-    issued = [[False] * length for _ in range(ranks)]
-    sequences = [[] for _ in range(ranks)]
-    reads = [[k for k in range(length) if needed[k]] for needed in needed_by_rank]
-    progress = True
-    while progress:
-        progress = False
-        for r in range(ranks):
-            if reads[r]:
-                position = reads[r][0]
-                for k in gathers_due(needed_by_rank[r], issued[r], position, prefetch):
-                    issued[r][k] = True
-                    sequences[r].append(k)
-                    progress = True
-                if all(issued[s][position] for s in range(ranks)):  # the wait completes
-                    reads[r].pop(0)
-                    progress = True
-            elif not all(issued[r]):  # the step's sync point: issue the rest, in order
-                for k in range(length):
-                    if not issued[r][k]:
-                        issued[r][k] = True
-                        sequences[r].append(k)
-                progress = True
-    stuck = {r: reads[r][0] for r in range(ranks) if reads[r]}
-    if stuck:
-        raise ValueError(f"deadlock: ranks wait for backward gathers {stuck}, issued {sequences}")
-    if any(sequence != sequences[0] for sequence in sequences):
-        raise ValueError(f"ranks issue different gather sequences: {sequences}")
-    return sequences
 
 
 def fully_shard(module, sharding, unit=None, reads=()):

@@ -13,7 +13,7 @@ import parallel
 from minitensor import nn
 from minitensor.models.gpt import GPTConfig
 from parallel import DataParallel, FullyShardedDataParallel, HybridGPT, Mesh, run_threads
-from parallel.fully_sharded import check_gathers, gathers_due
+from parallel.gather_order import check_gathers, gathers_due
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
 from dp_common import check_fully_sharded, make_data, run_fully_sharded, run_single  # noqa: E402
