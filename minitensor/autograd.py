@@ -149,9 +149,11 @@ class Place:
     backward, saved or not: the input of each Add, the attention scores before the
     softmax, the heads before they are merged, which PyTorch frees as soon as forward
     moves on. Measured on the medium bench GPT (tracemalloc, numpy arrays): alive after
-    forward 242 → 182 MiB, peak of the step 277 → 207 MiB. The tensor reads its producer here (Tensor._node), so releasing it
-    through either releases it for both; every node reading one tensor holds the same
-    place, so the walk meets it once."""
+    forward 242 → 182 MiB, peak of the step 277 → 207 MiB.
+
+    The tensor reads its producer here (Tensor._node), so releasing it through either
+    releases it for both; every node reading one tensor holds the same place, so the walk
+    meets it once."""
 
     __slots__ = ("_node", "shape", "dtype", "requires_grad")
 
