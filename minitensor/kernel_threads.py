@@ -10,16 +10,13 @@ it saves. Measured (2 cores, loaded by other jobs): the flat AdamW update of the
 GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M) 0.82 →
 1.09 ms, slower, hence the threshold.
 
-The kernels served: the flat AdamW update (flat_params), GELU forward and backward
-(unary_ops.Gelu, by `elementwise` pieces) and the softmax forward (nn.functional.Softmax,
-by (T, T) matrices); on the medium bench GPT GELU's 2 Mi elements and the attention
-softmax's 1 Mi pass the threshold, LayerNorm's 0.5 Mi rows do not. Measured: the medium
-training step with the pool on/off 0.96× (medians of 12 steps in alternating blocks, but
-with a load average of 20 on the 2 cores: noise of that size; re-measure when quiet).
+The kernel served is the flat AdamW update (flat_params). GELU and the softmax forward
+went through here too until a quiet A/B of the medium bench step showed no gain (pool
+on/off 650/658 ms and 743/703 ms, within the ±7% noise): they run whole, as plain numpy.
 
 Only kernels whose every output element depends on the same input elements whatever the
-split (elementwise, or row by row) go through here, so the result is bitwise the same
-with and without threads. Switch: speed.disabled("kernel_threads").
+split (elementwise) go through here, so the result is bitwise the same with and without
+threads. Switch: speed.disabled("kernel_threads").
 """
 import contextlib
 import ctypes
@@ -119,22 +116,3 @@ def run_split(kernel, n, min_elements=MIN_ELEMENTS):
         for future in futures:
             future.result()
 
-
-def run_pieces(kernel, *arrays):
-    """Call `kernel(*pieces)` on pieces of `arrays` cut along their first axis (all of one
-    length there; None passes through as None), split as `run_split` does; the threshold
-    counts elements."""
-    first = next(a for a in arrays if a is not None)
-    n = len(first)
-    per_item = max(first.size // n, 1) if n else 1
-
-    def kernel_on(lo, hi):
-        kernel(*(None if a is None else a[lo:hi] for a in arrays))
-
-    run_split(kernel_on, n, min_elements=-(-MIN_ELEMENTS // per_item))
-
-
-def elementwise(kernel, *arrays):
-    """`run_pieces` over flat views of same-shape C-contiguous arrays: for a kernel whose every
-    output element depends only on the input elements at the same index."""
-    run_pieces(kernel, *(None if a is None else a.reshape(-1) for a in arrays))

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from minitensor import dtypes, kernel_threads, speed
+from minitensor import dtypes, speed
 from minitensor.autograd import Function, is_grad_enabled
 
 
@@ -64,12 +64,11 @@ class Gelu(Function):
 
     def forward(self, x):
         dtype, (x,) = x.dtype, dtypes.upcast(x)
-        x = x if x.flags.c_contiguous else x.copy()
         y = np.empty_like(x)
         if not speed.enabled("gelu_saves_derivative"):  # the plain version: x and t, dy/dx in backward
             t = np.empty_like(x)
             self.save_for_backward(x, t)
-            kernel_threads.elementwise(self.forward_piece, x, y, t, None)
+            self.fill_forward(x, y, t, None)
         else:
             # Keep dy/dx (one array) instead of x and tanh u (two): backward only multiplies,
             # and the MLP's widest activation, x, is freed once the next Linear has read it.
@@ -78,11 +77,11 @@ class Gelu(Function):
             derivative = np.empty_like(x) if is_grad_enabled() else None
             if derivative is not None:
                 self.save_for_backward(derivative)
-            kernel_threads.elementwise(self.forward_piece, x, y, None, derivative)
+            self.fill_forward(x, y, None, derivative)
         return dtypes.like(dtype, y)
 
-    def forward_piece(self, x, y, t_out, derivative_out):
-        """y = gelu(x) over one piece, keeping t = tanh u in `t_out` or dy/dx in `derivative_out`
+    def fill_forward(self, x, y, t_out, derivative_out):
+        """y = gelu(x) into `y`, keeping t = tanh u in `t_out` or dy/dx in `derivative_out`
         where given."""
         # u = c·x·(1 + 0.044715x²), built in one owned buffer (x*x, not x**3: numpy's
         # float32 power is ~100x slower than a product)
@@ -100,17 +99,13 @@ class Gelu(Function):
 
     def backward(self, grad):
         dtype, (grad,) = grad.dtype, dtypes.upcast(grad)
-        grad = grad if grad.flags.c_contiguous else grad.copy()
         dx = np.empty_like(grad)
         if len(self.saved) == 2:  # the plain version
-            kernel_threads.elementwise(self.backward_piece_plain, grad, *self.saved, dx)
+            self.derivative(*self.saved, out=dx)
+            dx *= grad
         else:
-            kernel_threads.elementwise(np.multiply, self.saved[0], grad, dx)
+            np.multiply(self.saved[0], grad, out=dx)
         return dtypes.like(dtype, dx)
-
-    def backward_piece_plain(self, grad, x, t, dx):
-        self.derivative(x, t, out=dx)
-        dx *= grad
 
     def derivative(self, x, t, out):
         """dy/dx from x and t = tanh u, into `out`."""

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from minitensor import dtypes, kernel_threads, unary_ops
+from minitensor import dtypes, unary_ops
 from minitensor.autograd import Function
 from minitensor.ops import dtype_mismatch
 from minitensor.random import default_generator
@@ -49,22 +49,12 @@ class Softmax(Function):
     def forward(self, x, axis, scale=1.0, mask=None):
         self.axis, self.scale = axis, scale
         (x32,) = dtypes.upcast(x)
-        y = np.empty_like(x32)
-        axis = axis % x.ndim - x.ndim  # counted from the end: the same axis in a stack of pieces
-
-        def normalize(x, y):
-            np.multiply(x, scale, out=y)
-            if mask is not None:
-                np.copyto(y, -np.inf, where=mask)  # exp(−∞) = 0: masked entries get no weight
-            y -= y.max(axis=axis, keepdims=True)
-            np.exp(y, out=y)
-            y /= y.sum(axis=axis, keepdims=True)
-
-        # Over the last axis, with a mask of the last two axes at most (attention's), every
-        # (T, T) matrix is normalised on its own: the kernel threads may take a share each.
-        by_matrix = x.ndim >= 3 and axis == -1 and (mask is None or np.ndim(mask) <= 2)
-        stack = (lambda a: a.reshape(-1, *a.shape[-2:])) if by_matrix else (lambda a: a[None])
-        kernel_threads.run_pieces(normalize, stack(np.ascontiguousarray(x32)), stack(y))
+        y = np.multiply(x32, scale)
+        if mask is not None:
+            np.copyto(y, -np.inf, where=mask)  # exp(−∞) = 0: masked entries get no weight
+        y -= y.max(axis=axis, keepdims=True)
+        np.exp(y, out=y)
+        y /= y.sum(axis=axis, keepdims=True)
         self.y = dtypes.like(x.dtype, y)  # kept as returned: in the input's dtype
         return self.y
 

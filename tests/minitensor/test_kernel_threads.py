@@ -1,10 +1,8 @@
 """The kernel thread pool: the pieces of a split cover [0, n) exactly once, in order within
 each piece, and the switch or a small n runs the kernel whole in the caller."""
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,32 +57,3 @@ def test_attention_on_one_blas_thread_is_bitwise_the_same_and_the_count_comes_ba
         for a, b in zip(fast, plain):
             np.testing.assert_array_equal(a, b)
     assert kernel_threads.blas_threads() == threads
-
-
-@pytest.fixture
-def three_pieces(monkeypatch):
-    """Split every kernel of 64 elements or more into three uneven pieces, on any machine."""
-    monkeypatch.setattr(kernel_threads, "MIN_ELEMENTS", 64)
-    monkeypatch.setattr(kernel_threads, "_pool", (ThreadPoolExecutor(2, thread_name_prefix="test-kernel"), 3))
-    yield
-    kernel_threads._pool[0].shutdown()
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_threaded_gelu_and_softmax_are_bitwise_the_unthreaded_ones(three_pieces, dtype):
-    fast = gpt_gradients(dtype)
-    with speed.disabled("kernel_threads"):
-        plain = gpt_gradients(dtype)
-    for a, b in zip(fast, plain, strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_run_pieces_cuts_rows_and_passes_none_through(three_pieces):
-    seen, lock = [], threading.Lock()
-
-    def kernel(rows, nothing):
-        with lock:
-            seen.append((rows[0, 0], len(rows), nothing))
-
-    kernel_threads.run_pieces(kernel, np.arange(100 * 7).reshape(100, 7), None)
-    assert sorted(seen) == [(0, 33, None), (231, 33, None), (462, 34, None)]  # 100 rows of 7: over 64 elements
