@@ -17,7 +17,8 @@ A stage's forward of one micro-batch of b sequences on one tp rank:
     [last]   final LayerNorm, lm_head and loss + 3 all-reduces of b·s floats (vocab-parallel
              cross-entropy: max, sum of exponentials, target logit)
 and its backward: the parts' backwards, 2 all-reduces per block and 1 into the head
-(Megatron's f). The parts' seconds (`PartCosts`) are measured on this machine, on the
+(Megatron's f); with activation checkpointing the backward first runs the stage's forward
+again (HybridGPT recomputes the whole stage, its collectives included). The parts' seconds (`PartCosts`) are measured on this machine, on the
 local shapes one tp rank computes (parallel/plan/parts.py), so compute is not a peak rate
 times an efficiency but what these kernels take here.
 """
@@ -60,18 +61,30 @@ def stage_times(config, layout, b, parts, balance, tp_all_reduce):
         forward = blocks * (parts.block[0] + 2 * activation) + first * (parts.embed[0] + activation) \
             + last * (parts.head[0] + 3 * small)
         backward = blocks * (parts.block[1] + 2 * activation) + first * parts.embed[1] + last * (parts.head[1] + activation)
-        times.append((forward, backward))
+        times.append((forward, backward + forward * layout.checkpoint))
     return times
 
 
-def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="float32", alone_speedup=1.0):
+def for_group(profile, collectives, n):
+    """`profile` with the links of its collectives fitted on groups of n ranks, where measured."""
+    fitted = (collectives or {}).get(n)
+    if fitted is None:
+        return profile
+    return {**profile, "intra": fitted, "inter": fitted}
+
+
+def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="float32", alone_speedup=1.0,
+                  collectives=None):
     """The SimulatedStep of `layout` (a plan.Layout) with measured `parts` for its micro-batch
     size and tp; the links are the profile's, as in cost.estimate. `alone_speedup`: how much
     faster one rank computes while the others wait than when all compute (the ranks share
-    cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank."""
+    cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank.
+    `collectives`: {group size n: {"alpha_us", "bandwidth_gbps"}} fitted to all-reduces on
+    groups of n ranks (validate.measure_collectives), for the tp and dp collectives of groups
+    of that size instead of the profile's link."""
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
-    _, tp_alpha, tp_beta = link(profile, 1, layout.tp)
+    _, tp_alpha, tp_beta = link(for_group(profile, collectives, layout.tp), 1, layout.tp)
     _, pp_alpha, pp_beta = link(profile, layout.tp * layout.dp, p)
 
     def tp_all_reduce(elements):
@@ -82,7 +95,8 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     costs = [{"forward": f, "backward": bw, "backward_input": bw / 2, "backward_weight": bw / 2} for f, bw in times]
     events = replay(get_schedule(layout.schedule, p, m), costs, message, layout.dp * layout.tp, alone_speedup)
     ends = [max(e.end for e in events if e.rank == stage) for stage in range(p)]
-    dp = estimate(config, layout, batch, profile, dtype, balance).comm["dp"]  # the closed form's dp time
+    dp_profile = for_group(profile, collectives, layout.dp)
+    dp = estimate(config, layout, batch, dp_profile, dtype, balance).comm["dp"]  # the closed form's dp time
     optimizer = [param_count(config, layout.tp, p, stage, balance) * parts.optimizer_per_param
                  / (layout.dp if layout.zero else 1) for stage in range(p)]
     total = max(end + dp + opt for end, opt in zip(ends, optimizer))

@@ -6,14 +6,17 @@
 
 Launches ONE `mpiexec -n RANKS` job (one BLAS thread per rank) that trains every layout of
 that many ranks the config can take (4: dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, with
-ZeRO-1/2/3 variants; 2: dp2, tp2, pp2, dp2 ZeRO-1), each with every micro-batch count of
+ZeRO-1/2/3 and activation-checkpointing variants; 2: dp2, tp2, pp2, dp2 ZeRO-1 and ZeRO-3,
+and dp2, tp2, pp2 with checkpointing), each with every micro-batch count of
 `--microbatches` (a list: 1,2,4), for a few float32 steps of a HybridGPT, in `--repeats`
 interleaved sweeps; a layout's time is the median over sweeps of its median step time
 (slowest rank, after one warm-up step), shown with the sweeps' range, the run-to-run
 noise. Every rank also reports its measured parameter, gradient and optimizer-state bytes.
 Each sweep first measures the per-part costs (parallel/plan/parts.py) of every micro-batch
 size and tp the layouts use, on all ranks at once (so the parts share the cores as the
-runs do). Rank 0 prints one JSON line per layout (and part) and sweep; the parent compares:
+runs do), and the all-reduce on groups of each size the layouts form, all groups at once
+(measure_collectives: on 4 ranks sharing 2 cores a collective waits for every member to be
+scheduled, which a ping-pong between two ranks does not see). Rank 0 prints one JSON line per layout (and part) and sweep; the parent compares:
 
     memory   measured bytes vs `param_bytes_per_rank` for every rank (relative error)
     time     the closed form's (cost.estimate) and the simulation's (simulate.py, from the
@@ -52,9 +55,12 @@ from .parts import measure_parts
 from .profiles import load_profile
 from .simulate import PartCosts, simulate_step
 
-LAYOUTS = {4: [(4, 1, 1, 0), (2, 2, 1, 0), (2, 1, 2, 0), (1, 2, 2, 0), (1, 4, 1, 0), (1, 1, 4, 0), (2, 2, 1, 1),
-               (2, 1, 2, 2), (4, 1, 1, 3)],   # the last number: the ZeRO stage
-           2: [(2, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 0), (2, 1, 1, 1)]}
+# (dp, tp, pp, ZeRO stage, activation checkpointing)
+LAYOUTS = {4: [(4, 1, 1, 0, False), (2, 2, 1, 0, False), (2, 1, 2, 0, False), (1, 2, 2, 0, False),
+               (1, 4, 1, 0, False), (1, 1, 4, 0, False), (2, 2, 1, 1, False), (2, 1, 2, 2, False),
+               (4, 1, 1, 3, False), (4, 1, 1, 0, True), (1, 1, 4, 0, True), (1, 2, 2, 0, True)],
+           2: [(2, 1, 1, 0, False), (1, 2, 1, 0, False), (1, 1, 2, 0, False), (2, 1, 1, 1, False),
+               (2, 1, 1, 3, False), (2, 1, 1, 0, True), (1, 2, 1, 0, True), (1, 1, 2, 0, True)]}
 KINDS = ("params", "grads", "optim")
 
 
@@ -68,8 +74,15 @@ def measure_memory(model):
     return {kind: held[kind] for kind in KINDS}
 
 
-def layout_name(dp, tp, pp, zero):
-    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "")
+def unpack(layout):
+    """(dp, tp, pp, zero, checkpoint) of a layout tuple (files saved before checkpointing was
+    measured hold four numbers: no checkpointing)."""
+    dp, tp, pp, zero, *checkpoint = layout
+    return dp, tp, pp, int(zero), bool(checkpoint and checkpoint[0])
+
+
+def layout_name(dp, tp, pp, zero, checkpoint=False):
+    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" ckpt" if checkpoint else "")
 
 
 def dense_gpt(config):
@@ -85,8 +98,9 @@ def balance_of(config, pp):
 
 def run_layout(group, config, layout, batch, microbatches, steps):
     """Worker side: train one layout; (median step seconds, [memory of every rank])."""
-    dp, tp, pp, zero = layout
-    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero)
+    dp, tp, pp, zero, checkpoint = unpack(layout)
+    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero,
+                      checkpoint_activations=checkpoint)
     model.configure_optimizer()
     rng = np.random.default_rng(0)
     idx = rng.integers(0, config.vocab_size, (batch, config.block_size))
@@ -111,7 +125,7 @@ def runnable(config, batch, microbatches, ranks=4):
     block per stage, the batch splits into dp·m micro-batches)."""
     if ranks not in LAYOUTS:
         raise ValueError(f"the validation knows layouts of {sorted(LAYOUTS)} ranks, not {ranks}")
-    return [(dp, tp, pp, zero) for dp, tp, pp, zero in LAYOUTS[ranks]
+    return [(dp, tp, pp, zero, checkpoint) for dp, tp, pp, zero, checkpoint in LAYOUTS[ranks]
             if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
 
 
@@ -136,6 +150,32 @@ def measure_link(group):
     return {"alpha_us": alpha * 1e6, "bandwidth_gbps": large / max(one_way - alpha, 1e-12) / 1e9}
 
 
+def all_reduce_seconds(group, nbytes, repeats):
+    """Median over `repeats` of the slowest rank's time for an all-reduce of nbytes."""
+    buf, times = np.zeros(max(1, nbytes // 4), dtype=np.float32), []
+    for _ in range(repeats + 1):                     # the first is a warm-up
+        group.barrier()
+        start = time.perf_counter()
+        group.all_reduce(buf)
+        times.append(time.perf_counter() - start)
+    return float(np.median(group.all_reduce(np.array(times[1:]), op="max")))
+
+
+def measure_collectives(group, sizes, large=16 * 2**20):
+    """{n: {"alpha_us", "bandwidth_gbps"}} for each group size n in `sizes`: the world split
+    into groups of n consecutive ranks, all reducing at once, an 8-byte and a `large` all-reduce
+    (the slowest group's median) fitted to the ring's 2(n − 1)(α + bytes/n · β) (cost.ring_all_reduce)."""
+    figures = {}
+    for n in sizes:
+        sub = group.split(group.rank // n)
+        seconds = np.array([all_reduce_seconds(sub, 8, repeats=50), all_reduce_seconds(sub, large, repeats=3)])
+        small_s, large_s = group.all_reduce(seconds, op="max")   # the slowest group's
+        alpha = small_s / (2 * (n - 1))
+        beta = max(large_s - small_s, 1e-12) / (2 * (n - 1) * large / n)
+        figures[n] = {"alpha_us": alpha * 1e6, "bandwidth_gbps": 1 / beta / 1e9}
+    return figures
+
+
 def measure_alone_speedup(group, config):
     """On rank 0 (None elsewhere): a block's forward + backward time with every rank computing
     over its time while the others wait in MPI — what a pipeline bubble frees (shared_cores)."""
@@ -152,11 +192,13 @@ def worker(config_name, batch, microbatch_counts, steps, repeats):
     JSON line per link, part and layout and sweep."""
     group, config = world(), get_config(config_name)
     runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
+    group_sizes = sorted({size for layout, _ in runs for size in unpack(layout)[:2] if size > 1})
     for _ in range(repeats):
         link, speedup = measure_link(group), measure_alone_speedup(group, config)
+        collectives = measure_collectives(group, group_sizes)
         if group.rank == 0:
-            print(json.dumps({"link": {**link, "alone_speedup": speedup}}), flush=True)
-        for b, tp in sorted({(batch // (layout[0] * m), layout[1]) for layout, m in runs}):
+            print(json.dumps({"link": {**link, "alone_speedup": speedup, "collectives": collectives}}), flush=True)
+        for b, tp in sorted({(batch // (unpack(layout)[0] * m), unpack(layout)[1]) for layout, m in runs}):
             parts = measure_parts_on_every_rank(group, config, b, tp)
             if group.rank == 0:
                 print(json.dumps({"parts": [b, tp], "costs": dataclasses.asdict(parts)}), flush=True)
@@ -190,9 +232,15 @@ def merge_parts(lines):
 
 
 def merge_links(lines):
-    """The median α, bandwidth and alone speed-up over the sweeps (no speed-up measured: 1)."""
-    return {key: float(np.median([line["link"].get(key, 1.0) for line in lines]))
-            for key in ("alpha_us", "bandwidth_gbps", "alone_speedup")}
+    """The median α, bandwidth and alone speed-up over the sweeps (no speed-up measured: 1),
+    and each group size's fitted collective link, figure by figure (none in older files)."""
+    merged = {key: float(np.median([line["link"].get(key, 1.0) for line in lines]))
+              for key in ("alpha_us", "bandwidth_gbps", "alone_speedup")}
+    fitted = [line["link"]["collectives"] for line in lines if "collectives" in line["link"]]
+    merged["collectives"] = {int(n): {key: float(np.median([f[n][key] for f in fitted]))
+                                      for key in ("alpha_us", "bandwidth_gbps")}
+                             for n in (fitted[0] if fitted else {})}
+    return merged
 
 
 def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, ranks):
@@ -255,14 +303,15 @@ def memory_errors(config, results):
     """[(layout name, rank, kind, measured, predicted, relative error)] for every rank."""
     rows = []
     for result in results:
-        dp, tp, pp, zero = result["layout"]
+        dp, tp, pp, zero, checkpoint = unpack(result["layout"])
         balance = balance_of(config, pp)
         for rank, measured in enumerate(result["memory"]):
             coords = (rank // tp % dp, rank % tp, rank // (tp * dp))
             predicted = param_bytes_per_rank(config, dp, tp, pp, coords, "float32", zero, balance)
             for kind in KINDS:
                 error = abs(measured[kind] - predicted[kind]) / predicted[kind]
-                rows.append((layout_name(dp, tp, pp, zero), rank, kind, measured[kind], predicted[kind], error))
+                rows.append((layout_name(dp, tp, pp, zero, checkpoint), rank, kind, measured[kind], predicted[kind],
+                             error))
     return rows
 
 
@@ -276,8 +325,8 @@ def report_memory(config, results):
 
 
 def layout_of(result):
-    dp, tp, pp, zero = result["layout"]
-    return Layout(dp, tp, pp, result["microbatches"], zero=zero)
+    dp, tp, pp, zero, checkpoint = unpack(result["layout"])
+    return Layout(dp, tp, pp, result["microbatches"], zero=zero, checkpoint=checkpoint)
 
 
 def predictions(config, batch, profile, results, parts, link):
@@ -289,8 +338,9 @@ def predictions(config, batch, profile, results, parts, link):
         layout, balance = layout_of(result), balance_of(config, result["layout"][2])
         closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
         b = batch // (layout.dp * layout.micro_batches)
-        simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link,
-                                             balance, alone_speedup=link["alone_speedup"]).total))
+        simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link, balance,
+                                             alone_speedup=link["alone_speedup"],
+                                             collectives=link["collectives"]).total))
     return {"closed form": closed, "simulated": simulated}
 
 
@@ -316,11 +366,14 @@ def report_time(config, batch, profile, results, parts, link):
           f"α {link['alpha_us']:.3g} µs, {link['bandwidth_gbps']:.3g} GB/s; a rank alone {link['alone_speedup']:.3g}× "
           f"as fast as all at once); run-to-run noise "
           f"(median (max-min)/median of the sweeps): {noise(results):.1%}")
-    print(f"{'layout':<18}{'m':>3}{'closed s':>10}{'simulated s':>13}{'measured s':>12}{'(min-max of sweeps)':>22}"
+    for n, fitted in sorted(link["collectives"].items()):
+        print(f"all-reduce on groups of {n} ranks, all at once: α {fitted['alpha_us']:.3g} µs, "
+              f"{fitted['bandwidth_gbps']:.3g} GB/s (the simulation's tp and dp collectives of {n} ranks)")
+    print(f"{'layout':<23}{'m':>3}{'closed s':>10}{'simulated s':>13}{'measured s':>12}{'(min-max of sweeps)':>22}"
           f"{'sim error':>11}")
     for r, closed, simulated, m in zip(results, predicted["closed form"], predicted["simulated"], measured):
         spread = f"({r['spread'][0]:.3g}-{r['spread'][1]:.3g})"
-        print(f"{layout_name(*r['layout']):<18}{r['microbatches']:>3}{closed:>10.4g}{simulated:>13.4g}{m:>12.4g}"
+        print(f"{layout_name(*unpack(r['layout'])):<23}{r['microbatches']:>3}{closed:>10.4g}{simulated:>13.4g}{m:>12.4g}"
               f"{spread:>22}{(simulated - m) / m:>+11.1%}")
     chain = separated(measured, noise(results))
     for name, values in predicted.items():

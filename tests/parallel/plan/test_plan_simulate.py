@@ -46,6 +46,25 @@ def test_stage_times_add_the_tensor_parallel_collectives():
     assert last == (2 * (1 + 2000) + 100 + 3 * 0.5, 2 * (2 + 2000) + 200 + 1000)
 
 
+def test_checkpointing_runs_each_stage_forward_again_in_its_backward():
+    parts = PartCosts(embed=(10.0, 20.0), block=(1.0, 2.0), head=(100.0, 200.0), optimizer_per_param=0.0)
+    free = lambda elements: 0.0  # noqa: E731
+    plain = stage_times(CONFIG, Layout(pp=2), 2, parts, [2, 2], free)
+    recomputed = stage_times(CONFIG, Layout(pp=2, checkpoint=True), 2, parts, [2, 2], free)
+    assert recomputed == [(f, b + f) for f, b in plain]
+
+
+def test_collectives_fitted_on_a_group_size_replace_the_link_for_groups_of_that_size():
+    profile, parts = load_profile("laptop-cpu"), PartCosts((0.0, 0.0), (1.0, 2.0), (0.0, 0.0), 0.0)
+    layout = Layout(dp=2, micro_batches=2)
+    slow = {"alpha_us": 1000.0, "bandwidth_gbps": 0.01}
+    fitted = simulate_step(CONFIG, layout, 8, parts, profile, collectives={2: slow})
+    assert fitted.dp == estimate(CONFIG, layout, 8, {**profile, "intra": slow, "inter": slow}).comm["dp"]
+    assert fitted.dp > simulate_step(CONFIG, layout, 8, parts, profile).dp
+    assert simulate_step(CONFIG, layout, 8, parts, profile, collectives={4: slow}).dp == \
+        simulate_step(CONFIG, layout, 8, parts, profile).dp    # no fit for groups of 2: the profile's link
+
+
 def test_data_parallel_adds_the_gradient_reduction_and_the_optimizer_after_the_pipeline():
     profile, parts = load_profile("laptop-cpu"), PartCosts((0.0, 0.0), (1.0, 2.0), (0.0, 0.0), 1e-6)
     layout = Layout(dp=2, micro_batches=2)

@@ -25,11 +25,13 @@ from parallel.plan.validate import (
     LAYOUTS,
     kendall,
     measure_alone_speedup,
+    measure_collectives,
     measure_link,
     measure_memory,
     measure_parts_on_every_rank,
     memory_errors,
     merge,
+    merge_links,
     merge_parts,
     ranks,
     report_time,
@@ -37,6 +39,7 @@ from parallel.plan.validate import (
     runnable,
     separated,
     spearman,
+    unpack,
     with_link,
 )
 from parallel.tensor_parallel.sharding import padded_size
@@ -91,7 +94,7 @@ def test_runnable_layouts_respect_heads_blocks_and_batch():
     assert (1, 1, 4, False) not in runnable(small, 16, 2)             # 2 blocks, 4 stages
     assert (4, 1, 1, False) not in runnable(small, 4, 2)              # 4 rows over dp 4 × m 2
     three_heads = GPTConfig(vocab_size=64, block_size=64, n_layer=4, n_head=6, d_model=96)
-    assert all(tp in (1, 2) for _, tp, _, _ in runnable(three_heads, 16, 2))
+    assert all(tp in (1, 2) for _, tp, _, _, _ in runnable(three_heads, 16, 2))
 
 
 def test_rank_statistics():
@@ -164,9 +167,28 @@ def test_a_saved_measurement_is_reported_again_without_running(tmp_path, capsys)
     path = tmp_path / "measured.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     results, merged, link = merge(path.read_text().splitlines())
-    assert link == {"alpha_us": 10.0, "bandwidth_gbps": 1.0, "alone_speedup": 1.0} and set(merged) == {(8, 1), (16, 2)}
+    assert link == {"alpha_us": 10.0, "bandwidth_gbps": 1.0, "alone_speedup": 1.0, "collectives": {}}
+    assert set(merged) == {(8, 1), (16, 2)}
     profile = load_profile("laptop-cpu")
     predicted, measured = report_time(get_config("small"), 16, profile, results, merged, link)
     dp = estimate(get_config("small"), Layout(dp=2), 16, with_link(profile, link)).comm["dp"]
     assert predicted["simulated"][0] == pytest.approx(2 * 0.3 + dp) and measured == [0.7, 0.9]
     assert "simulated: Spearman rho = +1.000" in capsys.readouterr().out
+
+
+def test_collectives_are_fitted_on_every_group_size_all_groups_at_once():
+    got = run_threads(4, lambda: measure_collectives(parallel.world(), [2, 4], large=2**16))
+    assert got[0] == got[3]            # the slowest rank's median: one figure on every rank
+    assert set(got[0]) == {2, 4}
+    assert all(f["alpha_us"] > 0 and f["bandwidth_gbps"] > 0 for f in got[0].values())
+
+
+def test_the_fitted_collectives_are_merged_per_group_size_figure_by_figure():
+    lines = [{"link": {"alpha_us": a, "bandwidth_gbps": 1.0, "collectives": {"2": {"alpha_us": a, "bandwidth_gbps": g}}}}
+             for a, g in ((1.0, 5.0), (3.0, 4.0), (2.0, 9.0))]
+    assert merge_links(lines)["collectives"] == {2: {"alpha_us": 2.0, "bandwidth_gbps": 5.0}}
+
+
+def test_layouts_saved_before_checkpointing_was_measured_read_as_without_it():
+    assert unpack([2, 1, 1, 3]) == (2, 1, 1, 3, False)
+    assert unpack((1, 1, 2, 0, True)) == (1, 1, 2, 0, True)
