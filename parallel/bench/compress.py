@@ -1,6 +1,6 @@
 """Communication-efficient data parallelism on a simulated link: time to a trained model.
 
-    python -m parallel.bench compress [--dp 2 4] [--links 1gbe loopback] [--seeds 0 1 2]
+    python -m parallel.bench compress [--dp 2 4] [--links 100mbe 1gbe loopback] [--seeds 0 1 2]
                                       [--methods none powersgd:4 topk:0.01 sign local:4 localsgd:4]
                                       [--timing-steps 32] [--results runs.jsonl]
 
@@ -45,7 +45,8 @@ TIMING_WARMUP = 4  # steps run before the timed ones (first-touch allocations, c
 def parse(argv):
     parser = argparse.ArgumentParser(prog="python -m parallel.bench compress", description=__doc__.split("\n")[0])
     parser.add_argument("--dp", type=int, nargs="+", default=[2, 4], help="dp sizes (default 2 4)")
-    parser.add_argument("--links", nargs="+", default=["1gbe", "loopback"], help="links (default 1gbe loopback)")
+    parser.add_argument("--links", nargs="+", default=["100mbe", "1gbe", "loopback"],
+                        help="links (default 100mbe 1gbe loopback)")
     parser.add_argument("--methods", nargs="+", default=METHODS, help=f"methods (default {' '.join(METHODS)})")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     parser.add_argument("--target", type=float, default=0.95, help="held-out exact match to reach (default 0.95)")

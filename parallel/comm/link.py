@@ -37,6 +37,7 @@ from .request import Pending
 # planner's profile units. Nominal figures for one link of each kind.
 LINKS = {
     "loopback": {"alpha_us": 0.0, "bandwidth_gbps": math.inf, "what": "no delay (whatever the machine does)"},
+    "100mbe": {"alpha_us": 100.0, "bandwidth_gbps": 0.0125, "what": "100 Mb/s Ethernet (or a slow Wi-Fi), TCP"},
     "1gbe": {"alpha_us": 50.0, "bandwidth_gbps": 0.125, "what": "1 Gb/s Ethernet, TCP"},
     "10gbe": {"alpha_us": 20.0, "bandwidth_gbps": 1.25, "what": "10 Gb/s Ethernet, TCP"},
     "ib-hdr": {"alpha_us": 2.0, "bandwidth_gbps": 25.0, "what": "InfiniBand HDR, 200 Gb/s"},
