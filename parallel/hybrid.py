@@ -19,13 +19,9 @@ ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit
 token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
 unit is all-gathered for each micro-batch's forward and backward and freed after (a
 BERT's MLM head, which reads the tied token embedding's weight, gathers that unit too:
-the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking) inside backward, as soon
-as every one of its parameters has accumulated its last micro-batch's gradient
-(`on_grad_ready`), so it travels while backward computes the units before it; the
-reduce-scatters are finished, and the full gradients gone, at the end of each global
-batch. A unit whose gradient still needs a sum over tp (sequence parallelism's partial
-LayerNorm gradients) or over the pipeline ends (a tied embedding) starts only after
-that sum, after the schedule, and so do the units after it (buckets start in order).
+the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking)
+inside backward, as soon as its gradients are final, and all are finished at the end of
+each global batch (hybrid_zero.py, `UnitShards`).
 
 Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
@@ -58,14 +54,15 @@ from minitensor.optim import AdamW
 from .comm.gather import gather_named_arrays
 from .context_parallel import ContextParallel
 from .data_parallel import broadcast_parameters
-from .fully_sharded import Sharding, fully_shard, gather_grad_shards, held_bytes, masters_gathered, shard_masters
+from .fully_sharded import gather_grad_shards, held_bytes, masters_gathered
+from .hybrid_zero import UnitShards
 from .local_sgd import DiLoCo
 from .model import ParallelModel
 from .pipeline.executor import Pipeline
 from .pipeline.partition import stages_for_rank
 from .pipeline.tied import TiedGradients
 from .pipeline.timeline import Event
-from .reducer import Reducer, ShardedReducer
+from .reducer import Reducer
 from .tensor_parallel import TensorParallelStage
 from .zero import ZeroOptimizer
 
@@ -118,87 +115,13 @@ class HybridGPT(ParallelModel):
             trainable = [p for p in self.amp.masters if p.requires_grad]
             self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
         elif self.zero > 1:
-            self.shard_units(prefetch)
+            self.units = UnitShards(self.stages, mesh, self.amp, self.tied, microbatches, self.zero, prefetch)
+            self.dp_reducer, self.shardings = self.units.reducer, self.units.shardings
         self.optimizer = None
         self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
         self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
-
-    def shard_units(self, prefetch):
-        """ZeRO-2/3: one reduce-scatter bucket per unit of each stage (FSDP's units serve both
-        stages), the last stage's last unit first; ZeRO-3 also shards the units' parameters.
-        Under a mixed policy the buckets keep the float32 masters' chunks (the amp hands them over)."""
-        units = [[(name, [p for p in module.parameters() if p.requires_grad]) for name, module in stage_units(stage)]
-                 for stage in self.stages]
-        units = [[(name, params) for name, params in chunk if params] for chunk in units]
-        # The gradients are reduce-scattered in the masters' dtype (float32 under a mixed policy):
-        # a 16-bit sum over n ranks would round n - 1 times and could overflow float16 under loss
-        # scaling, and the kept chunk is exactly the float32 master's gradient the optimizer needs.
-        self.dp_reducer = ShardedReducer([], self.mesh.dp_cp_group,
-                                         param_lists=[params for chunk in units for _, params in chunk][::-1],
-                                         dtype=self.amp.policy.master_dtype)
-        if self.amp.mixed:
-            shard_masters(self.dp_reducer.buckets, {id(p): m for p, m in zip(self.amp.params, self.amp.masters)},
-                          self.mesh.dp_cp_group)
-            self.amp.hand_over_masters(lambda: [bucket.grad_shard for bucket in self.dp_reducer.buckets])
-        self.watch_gradients()
-        if self.zero == 2:
-            return
-        buckets = self.dp_reducer.buckets[::-1]
-        for stage, chunk in zip(self.stages, units):
-            mine, buckets = buckets[:len(chunk)], buckets[len(chunk):]
-            sharding = Sharding([name for name, _ in chunk], mine, self.mesh.dp_cp_group, prefetch)
-            modules, by_name = dict(stage_units(stage)), {unit.name: unit for unit in sharding.units}
-            for unit in sharding.units:  # a unit reading a tied unit's weight (BERT's head) gathers it too
-                reads = [by_name[name] for name in stage.tied_reads.get(unit.name, ()) if name in by_name]
-                fully_shard(modules[unit.name], sharding, unit, reads)
-            fully_shard(stage, sharding)
-            self.shardings.append(sharding)
-
-    def watch_gradients(self):
-        """ZeRO-2/3: a hook on every bucketed parameter counts its gradients in this global
-        batch's backward; `waits_for_sums[i]`: bucket i holds a parameter whose gradient is
-        still summed over tp or the pipeline ends after the schedule."""
-        tied = {id(p) for p in self.tied.copies} if self.tied.group is not None else set()
-        self.waits_for_sums = [any(getattr(p, "tp_partial_grad", False) or id(p) in tied for p in bucket.params)
-                               for bucket in self.dp_reducer.buckets]
-        self.accumulated_grads = {}  # id(parameter) -> gradients accumulated in this global batch
-        for bucket in self.dp_reducer.buckets:
-            for p in bucket.params:
-                p.register_post_accumulate_grad_hook(self.on_grad_ready)
-
-    def on_grad_ready(self, p):
-        """A parameter's backward of one micro-batch has accumulated into .grad; after its m-th
-        (the last micro-batch's) the parameter's gradient is final. Start the reduce-scatter of
-        each next bucket, in index order, while all its parameters are final."""
-        count = self.accumulated_grads[id(p)] = self.accumulated_grads.get(id(p), 0) + 1
-        if count > self.microbatches:
-            raise RuntimeError(f"a parameter of shape {p.shape} got {count} gradients from {self.microbatches} "
-                               "micro-batches: its unit's reduce-scatter has already freed them")
-        # exercise 13.3: a unit's reduce-scatter starts in backward, once its gradients are final
-        # hint: while the next bucket not yet started (self.dp_reducer.started) is final (self.bucket_final),
-        # hint: start it (self.dp_reducer.start_next()): in index order, so every rank issues the same sequence.
-        reducer = self.dp_reducer
-        while reducer.started < len(reducer.buckets) and self.bucket_final(reducer.started):
-            reducer.start_next()
-        # end exercise
-
-    def bucket_final(self, index):
-        return not self.waits_for_sums[index] and all(
-            self.accumulated_grads.get(id(p), 0) == self.microbatches for p in self.dp_reducer.buckets[index].params)
-
-    def reduce_scatter_batch(self):
-        """ZeRO-2/3, after each global batch's schedule: the tp and tied sums of the gradients
-        still whole, every backward gather still due, then every reduce-scatter started (those
-        backward did not start) and finished: the chunks grow, the full gradients are gone."""
-        for stage in self.stages:
-            stage.finish_grad_sync()
-        self.tied.finish()
-        for sharding in self.shardings:
-            sharding.finish()
-        self.dp_reducer.finish()
-        self.accumulated_grads = {}
 
     @contextlib.contextmanager
     def full_parameters(self, writeback=False):
@@ -305,7 +228,7 @@ class HybridGPT(ParallelModel):
         self.pipeline.loss_scale = self.amp.scaler.scale
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
         if self.zero > 1:
-            self.reduce_scatter_batch()
+            self.units.finish_batch()
         self.accumulated += 1
         group = self.mesh.dp_cp_group
         return float(group.all_reduce(np.array([loss]))[0]) / group.size
@@ -314,11 +237,11 @@ class HybridGPT(ParallelModel):
         """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
         batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
         the optimizer under ZeRO-1). Under ZeRO-2/3 the sums and reduce-scatters ran after each
-        batch (reduce_scatter_batch): only the mean over the batches is left, taken on the
+        batch (UnitShards.finish_batch): only the mean over the batches is left, taken on the
         chunks. Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
-        if self.zero > 1:  # each batch's reduce-scatter is done (reduce_scatter_batch): the mean of the chunks
+        if self.zero > 1:  # each batch's reduce-scatter is done (UnitShards.finish_batch): the mean of the chunks
             for bucket in self.dp_reducer.buckets:
                 bucket.grad_shard /= self.accumulated
         else:
@@ -457,11 +380,3 @@ class HybridGPT(ParallelModel):
         for group in self.groups().values():
             group.reset_stats()
 
-
-def stage_units(stage):
-    """[(single-device name, module)] of a pipeline stage's ZeRO-2/3 units, in forward order:
-    the model's first parts, the blocks, its last parts (a part both ends hold, once)."""
-    first = list(stage.first_parts) if stage.is_first else []
-    last = [name for name in stage.last_parts if name not in first] if stage.is_last else []
-    blocks = [(f"blocks.{i}", stage.blocks[i]) for i in stage.blocks.indices()]
-    return [(name, getattr(stage, name)) for name in first] + blocks + [(name, getattr(stage, name)) for name in last]
