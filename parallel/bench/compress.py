@@ -4,8 +4,8 @@
                                       [--methods none powersgd:4 topk:0.01 sign local:4 localsgd:4]
                                       [--timing-steps 32] [--results runs.jsonl]
 
-The addition task's default model (python -m parallel.train's defaults, float32) under
-mpiexec with dp ranks. `local:H` is DiLoCo with H inner steps and parallel.train's outer
+The addition task's default model (python -m parallel.train's defaults, float32, but a
+global batch of 128) under mpiexec with dp ranks. `local:H` is DiLoCo with H inner steps and parallel.train's outer
 optimizer defaults (--local-steps H); `localsgd:H` is plain local SGD, model averaging
 every H steps (--local-steps H --outer-lr 1 --outer-momentum 0).
 
@@ -39,6 +39,7 @@ from parallel.bench import collect, report
 from parallel.launch import run_on_mpi_ranks
 
 METHODS = ["none", "powersgd:4", "topk:0.01", "sign", "local:4", "localsgd:4"]
+BATCH = 128  # the global batch of chapter 12's table (the main job's recipe then; it trains at 64 now)
 TIMING_WARMUP = 4  # steps run before the timed ones (first-touch allocations, caches)
 
 
@@ -61,7 +62,7 @@ def parse(argv):
 
 
 def train_flags(method, link, seed, dp, max_steps):
-    flags = ["--dp", dp, "--link", link, "--seed", seed, "--steps", max_steps]
+    flags = ["--dp", dp, "--link", link, "--seed", seed, "--steps", max_steps, "--batch", BATCH]
     if method.startswith("local:"):
         return flags + ["--local-steps", method.split(":")[1]]
     if method.startswith("localsgd:"):
