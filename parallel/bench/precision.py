@@ -20,7 +20,7 @@ from ..comm import run_threads
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from ..plan.memory import param_bytes_per_rank
-from ..plan.validate import measure_memory
+from ..plan.validate_worker import measure_memory
 
 
 def median_seconds(fn, repeats):

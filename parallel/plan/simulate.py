@@ -80,7 +80,7 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     faster one rank computes while the others wait than when all compute (the ranks share
     cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank.
     `collectives`: {group size n: {"alpha_us", "bandwidth_gbps"}} fitted to all-reduces on
-    groups of n ranks (validate.measure_collectives), for the tp and dp collectives of groups
+    groups of n ranks (validate_worker.measure_collectives), for the tp and dp collectives of groups
     of that size instead of the profile's link."""
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches

@@ -28,185 +28,32 @@ scheduled, which a ping-pong between two ranks does not see). Rank 0 prints one 
 also predicts with that profile. This is a report, not a timed test.
 """
 import argparse
-import dataclasses
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-import minitensor as mt
-from minitensor.models import gpt as dense
-
-from ..comm import world
-from ..comm.gather import all_gather_ragged
-from ..hybrid import HybridGPT
 from ..launch import run_on_mpi_ranks
-from ..mesh import Mesh
 from ..pipeline.partition import balance_by_parameters
-from .calibrate import ping_pong_seconds
 from .cost import estimate
 from .layout import Layout
 from .memory import param_bytes_per_rank
 from .model import DEFAULT_BATCH, get_config
-from .parts import measure_parts
 from .profiles import load_profile
+from .rank_stats import kendall, separated, spearman
 from .simulate import PartCosts, simulate_step
-
-# (dp, tp, pp, ZeRO stage, activation checkpointing)
-LAYOUTS = {4: [(4, 1, 1, 0, False), (2, 2, 1, 0, False), (2, 1, 2, 0, False), (1, 2, 2, 0, False),
-               (1, 4, 1, 0, False), (1, 1, 4, 0, False), (2, 2, 1, 1, False), (2, 1, 2, 2, False),
-               (4, 1, 1, 3, False), (4, 1, 1, 0, True), (1, 1, 4, 0, True), (1, 2, 2, 0, True)],
-           2: [(2, 1, 1, 0, False), (1, 2, 1, 0, False), (1, 1, 2, 0, False), (2, 1, 1, 1, False),
-               (2, 1, 1, 3, False), (2, 1, 1, 0, True), (1, 2, 1, 0, True), (1, 1, 2, 0, True)]}
-KINDS = ("params", "grads", "optim")
-
-
-def measure_memory(model):
-    """{"params", "grads", "optim"} bytes this rank holds (HybridGPT.memory_bytes: live arrays):
-    local parameters or their ZeRO-3 shards, their gradients or ZeRO-2/3 shards (call after
-    the gradient sync, before the optimizer zeroes them), the optimizer's state; under a
-    mixed precision policy the float32 masters count as optimizer state and their gradients
-    as gradients."""
-    held = model.memory_bytes()
-    return {kind: held[kind] for kind in KINDS}
-
-
-def unpack(layout):
-    """(dp, tp, pp, zero, checkpoint) of a layout tuple (files saved before checkpointing was
-    measured hold four numbers: no checkpointing)."""
-    dp, tp, pp, zero, *checkpoint = layout
-    return dp, tp, pp, int(zero), bool(checkpoint and checkpoint[0])
+from .validate_worker import KINDS, LAYOUTS, dense_gpt, unpack, worker
 
 
 def layout_name(dp, tp, pp, zero, checkpoint=False):
     return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" ckpt" if checkpoint else "")
 
 
-def dense_gpt(config):
-    """The float32 minitensor GPT of a planner config, seeded alike on every rank."""
-    mt.manual_seed(0)
-    return dense.GPT(dense.GPTConfig(**dataclasses.asdict(config)), dtype=np.float32)
-
-
 def balance_of(config, pp):
     """The blocks per stage HybridGPT uses by default (balanced by parameter count)."""
     return balance_by_parameters(dense_gpt(config), pp)
-
-
-def run_layout(group, config, layout, batch, microbatches, steps):
-    """Worker side: train one layout; (median step seconds, [memory of every rank])."""
-    dp, tp, pp, zero, checkpoint = unpack(layout)
-    model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero,
-                      checkpoint_activations=checkpoint)
-    model.configure_optimizer()
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, config.vocab_size, (batch, config.block_size))
-    times = []
-    for step in range(steps + 1):
-        group.barrier()
-        start = time.perf_counter()
-        model.train_step(idx, np.roll(idx, -1, axis=1))
-        model.finish_grad_sync()
-        if step == steps:  # the optimizer holds its state since the first step
-            memory = measure_memory(model)
-        model.optimizer_step()
-        group.barrier()
-        times.append(time.perf_counter() - start)
-    mine = np.array([memory[k] for k in KINDS], dtype=np.int64)
-    every = [dict(zip(KINDS, map(int, row))) for row in all_gather_ragged(group, mine)]
-    return float(np.median(times[1:])), every
-
-
-def runnable(config, batch, microbatches, ranks=4):
-    """The layouts of LAYOUTS[ranks] this config and batch can take (tp divides the heads, a
-    block per stage, the batch splits into dp·m micro-batches)."""
-    if ranks not in LAYOUTS:
-        raise ValueError(f"the validation knows layouts of {sorted(LAYOUTS)} ranks, not {ranks}")
-    return [(dp, tp, pp, zero, checkpoint) for dp, tp, pp, zero, checkpoint in LAYOUTS[ranks]
-            if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
-
-
-def measure_parts_on_every_rank(group, config, b, tp):
-    """PartCosts of (b, tp) measured on every rank at once, averaged over the ranks."""
-    parts = measure_parts(config, b, tp)
-    flat = np.array([*parts.embed, *parts.block, *parts.head, parts.optimizer_per_param])
-    flat = group.all_reduce(flat) / group.size
-    return PartCosts(tuple(flat[0:2]), tuple(flat[2:4]), tuple(flat[4:6]), float(flat[6]))
-
-
-def measure_link(group):
-    """{"alpha_us", "bandwidth_gbps"} between ranks 0 and 1 by calibrate's ping-pong (the other
-    ranks wait at its barriers)."""
-    large = 8 * 2**20
-    if group.rank > 1:
-        group.barrier()
-        group.barrier()
-        return None
-    alpha = ping_pong_seconds(group, 8, repeats=200)
-    one_way = ping_pong_seconds(group, large, repeats=5)
-    return {"alpha_us": alpha * 1e6, "bandwidth_gbps": large / max(one_way - alpha, 1e-12) / 1e9}
-
-
-def all_reduce_seconds(group, nbytes, repeats):
-    """Median over `repeats` of the slowest rank's time for an all-reduce of nbytes."""
-    buf, times = np.zeros(max(1, nbytes // 4), dtype=np.float32), []
-    for _ in range(repeats + 1):                     # the first is a warm-up
-        group.barrier()
-        start = time.perf_counter()
-        group.all_reduce(buf)
-        times.append(time.perf_counter() - start)
-    return float(np.median(group.all_reduce(np.array(times[1:]), op="max")))
-
-
-def measure_collectives(group, sizes, large=16 * 2**20):
-    """{n: {"alpha_us", "bandwidth_gbps"}} for each group size n in `sizes`: the world split
-    into groups of n consecutive ranks, all reducing at once, an 8-byte and a `large` all-reduce
-    (the slowest group's median) fitted to the ring's 2(n − 1)(α + bytes/n · β) (cost.ring_all_reduce)."""
-    figures = {}
-    for n in sizes:
-        sub = group.split(group.rank // n)
-        seconds = np.array([all_reduce_seconds(sub, 8, repeats=50), all_reduce_seconds(sub, large, repeats=3)])
-        small_s, large_s = group.all_reduce(seconds, op="max")   # the slowest group's
-        alpha = small_s / (2 * (n - 1))
-        beta = max(large_s - small_s, 1e-12) / (2 * (n - 1) * large / n)
-        figures[n] = {"alpha_us": alpha * 1e6, "bandwidth_gbps": 1 / beta / 1e9}
-    return figures
-
-
-def measure_alone_speedup(group, config):
-    """On rank 0 (None elsewhere): a block's forward + backward time with every rank computing
-    over its time while the others wait in MPI — what a pipeline bubble frees (shared_cores)."""
-    together = sum(measure_parts(config, 2, 1).block)
-    group.barrier()
-    alone = sum(measure_parts(config, 2, 1).block) if group.rank == 0 else None
-    group.barrier()
-    return together / alone if group.rank == 0 else None
-
-
-def worker(config_name, batch, microbatch_counts, steps, repeats):
-    """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
-    every layout alike), each sweep measuring the link and the parts first; rank 0 prints one
-    JSON line per link, part and layout and sweep."""
-    group, config = world(), get_config(config_name)
-    runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
-    group_sizes = sorted({size for layout, _ in runs for size in unpack(layout)[:2] if size > 1})
-    for _ in range(repeats):
-        link, speedup = measure_link(group), measure_alone_speedup(group, config)
-        collectives = measure_collectives(group, group_sizes)
-        if group.rank == 0:
-            print(json.dumps({"link": {**link, "alone_speedup": speedup, "collectives": collectives}}), flush=True)
-        for b, tp in sorted({(batch // (unpack(layout)[0] * m), unpack(layout)[1]) for layout, m in runs}):
-            parts = measure_parts_on_every_rank(group, config, b, tp)
-            if group.rank == 0:
-                print(json.dumps({"parts": [b, tp], "costs": dataclasses.asdict(parts)}), flush=True)
-        for layout, m in runs:
-            seconds, memory = run_layout(group, config, layout, batch, m, steps)
-            if group.rank == 0:
-                print(json.dumps({"layout": layout, "microbatches": m, "seconds": seconds, "memory": memory}),
-                      flush=True)
 
 
 def merge_sweeps(lines):
@@ -268,37 +115,6 @@ def with_link(profile, link):
     return {**profile, "name": f"{profile['name']}, measured link", "intra": figures}
 
 
-def ranks(values):
-    """1-based rank of each value (ties share the mean rank)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    result = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            result[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return result
-
-
-def spearman(a, b):
-    """Pearson correlation of the ranks."""
-    ra, rb = ranks(a), ranks(b)
-    mean = (len(a) + 1) / 2
-    cov = sum((x - mean) * (y - mean) for x, y in zip(ra, rb))
-    var = (sum((x - mean) ** 2 for x in ra) * sum((y - mean) ** 2 for y in rb)) ** 0.5
-    return cov / var if var else 0.0
-
-
-def kendall(a, b):
-    """(concordant − discordant) / pairs, over all pairs (tau-a)."""
-    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
-    sign = lambda x: (x > 0) - (x < 0)
-    return sum(sign(a[i] - a[j]) * sign(b[i] - b[j]) for i, j in pairs) / len(pairs)
-
-
 def memory_errors(config, results):
     """[(layout name, rank, kind, measured, predicted, relative error)] for every rank."""
     rows = []
@@ -347,16 +163,6 @@ def predictions(config, batch, profile, results, parts, link):
 def noise(results):
     """The run-to-run noise: the median over layouts of (max − min) / median of its sweeps."""
     return float(np.median([(r["spread"][1] - r["spread"][0]) / r["seconds"] for r in results]))
-
-
-def separated(measured, noise):
-    """Indices of a chain of layouts, fastest first, each slower than the one before by more
-    than the run-to-run noise: the layouts whose order a measurement can tell."""
-    chain = []
-    for index in sorted(range(len(measured)), key=measured.__getitem__):
-        if not chain or measured[index] > measured[chain[-1]] * (1 + noise):
-            chain.append(index)
-    return chain
 
 
 def report_time(config, batch, profile, results, parts, link):

@@ -19,7 +19,7 @@ from parallel.pipeline.partition import balance_by_cost, balance_by_parameters
 from parallel.plan import GPTConfig, Layout, load_profile
 from parallel.plan.parts import measure_parts
 from parallel.plan.simulate import simulate_step
-from parallel.plan.validate import dense_gpt
+from parallel.plan.validate_worker import dense_gpt
 
 CONFIG = GPTConfig(vocab_size=4096, block_size=32, n_layer=8, n_head=4, d_model=64)
 

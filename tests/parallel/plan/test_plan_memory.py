@@ -19,7 +19,7 @@ from parallel.plan.memory import (
     peak_memory,
 )
 from parallel.plan.model import unit_param_counts
-from parallel.plan.validate import measure_memory
+from parallel.plan.validate_worker import measure_memory
 
 SMALL = get_config("small")
 GPT3 = get_config("gpt3-175b")

@@ -19,28 +19,20 @@ from parallel.pipeline.partition import balance_by_parameters
 from parallel.plan import GPTConfig, Layout, estimate, get_config, load_profile, param_bytes_per_rank
 from parallel.plan.model import block_param_count
 from parallel.plan.parts import local_config
+from parallel.plan.rank_stats import kendall, ranks, separated, spearman
 from parallel.plan.simulate import PartCosts
-from parallel.plan.validate import (
+from parallel.plan.validate import memory_errors, merge, merge_links, merge_parts, report_time, with_link
+from parallel.plan.validate_worker import (
     KINDS,
     LAYOUTS,
-    kendall,
     measure_alone_speedup,
     measure_collectives,
     measure_link,
     measure_memory,
     measure_parts_on_every_rank,
-    memory_errors,
-    merge,
-    merge_links,
-    merge_parts,
-    ranks,
-    report_time,
     run_layout,
     runnable,
-    separated,
-    spearman,
     unpack,
-    with_link,
 )
 from parallel.tensor_parallel.sharding import padded_size
 
