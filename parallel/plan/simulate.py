@@ -18,9 +18,10 @@ A stage's forward of one micro-batch of b sequences on one tp rank:
              cross-entropy: max, sum of exponentials, target logit)
 and its backward: the parts' backwards, 2 all-reduces per block and 1 into the head
 (Megatron's f); with activation checkpointing the backward first runs the stage's forward
-again (HybridGPT recomputes the whole stage, its collectives included). The parts' seconds (`PartCosts`) are measured on this machine, on the
-local shapes one tp rank computes (parallel/plan/parts.py), so compute is not a peak rate
-times an efficiency but what these kernels take here.
+again (HybridGPT recomputes the whole stage, its collectives included). The parts'
+seconds (`PartCosts`) are measured on this machine, on the local shapes one tp rank
+computes (parallel/plan/parts.py), so compute is not a peak rate times an efficiency but
+what these kernels take here.
 """
 from dataclasses import dataclass
 
@@ -80,8 +81,8 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     faster one rank computes while the others wait than when all compute (the ranks share
     cores, shared_cores.py; `parts` measured with all computing); 1: a core per rank.
     `collectives`: {group size n: {"alpha_us", "bandwidth_gbps"}} fitted to all-reduces on
-    groups of n ranks (validate_worker.measure_collectives), for the tp and dp collectives of groups
-    of that size instead of the profile's link."""
+    groups of n ranks (validate_worker.measure_collectives), for the tp and dp collectives
+    of groups of that size instead of the profile's link."""
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
     _, tp_alpha, tp_beta = link(for_group(profile, collectives, layout.tp), 1, layout.tp)

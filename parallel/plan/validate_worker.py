@@ -31,8 +31,6 @@ LAYOUTS = {4: [(4, 1, 1, 0, False), (2, 2, 1, 0, False), (2, 1, 2, 0, False), (1
                (4, 1, 1, 3, False), (4, 1, 1, 0, True), (1, 1, 4, 0, True), (1, 2, 2, 0, True)],
            2: [(2, 1, 1, 0, False), (1, 2, 1, 0, False), (1, 1, 2, 0, False), (2, 1, 1, 1, False),
                (2, 1, 1, 3, False), (2, 1, 1, 0, True), (1, 2, 1, 0, True), (1, 1, 2, 0, True)]}
-
-
 KINDS = ("params", "grads", "optim")
 
 
