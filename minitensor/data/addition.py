@@ -34,23 +34,24 @@ def recommended_config():
     Learning rate at step t = 1..steps: lr · min(1, t/warmup) · ½(1 + cos(π·t/steps))
     (linear warmup, cosine decay to 0); AdamW betas (0.9, 0.999), no dropout.
 
-    Weight decay 0.1 and 1000 steps (issue 19; before: none and 1500 steps). Held-out exact
-    match (1000 problems) every 100 steps, `--eval-every 100`, seeds 0-3: first 100% at
-    step 700, 600, 500, 600, and 100% at the end for every seed (seed 1 dipped to 99.6% at
-    step 700). Without weight decay, 1500 steps: first 100% at 1200 (seed 0), 500 (seed 2),
-    700 (seed 3), and seed 1 stayed at 99.9% from step 600 to the end (one held-out problem
-    wrong, the same with every speed switch off): with decay (which pulls back weights that
-    only fit the training pairs) seeds 0 and 1 reach 100% sooner. The
-    steps do not depend on the machine's load; the time does: on this 2-core machine, quiet
-    (one BLAS thread, keep_freed_memory), a step takes about 50 ms, so 1000 steps train in
-    54 s for seed 1 (measured 2026-12-03; the 1500 steps took 65-90 s): fewer steps, not a
-    faster step, and still above the 30 s the issue aims at. Tried and rejected: lr 2e-3 with decay 0.1
-    (seed 0 at 2% and seed 3 at 16% after 500 of 1000 steps); 3 digits (seed 0 reached
-    100% in 1500 steps, seeds 1 and 2 stayed below 15%); lr 3e-3 (seed 1 stalled at 81%; a
-    constant 3e-3 fell from 99% back to 72% late in training).
+    Batch 64, weight decay 0.1, 1000 steps (issue 19). Held-out exact match (1000 problems),
+    `--eval-every 50`, seeds 0-3: first 100% at step 650, 450, 550, 750, and 100% at the end
+    for every seed. A step of 64 rows costs about half of one of 128 and needs no more steps
+    (batch 128 reached its first 100% at 700, 600, 500, 600), so the job takes half the time:
+    on this 2-core machine, quiet (one BLAS thread, keep_freed_memory), seed 0 trained in
+    32.0 s at batch 64 against 58.2 s at batch 128 (2026-12-03, back to back), and seeds
+    0-3 in 30.3, 28.2, 32.6 and 30.7 s, each to 100%. Two BLAS threads gained little (29.6
+    against 32.0 s), so the job keeps one (parallel/train/__main__.py says why).
+    Tried and rejected (the steps do not depend on the machine's load, so these were run
+    beside other jobs): batch 32 (seed 0 ended at 81%); batch 64 with 700 steps (seed 0 at
+    19%: the cosine schedule decays before it generalises); 600 steps at batch 128 (seeds 0
+    and 3 at 13% and 10%); d_model 64 (seeds 0 and 1 at 13% and 11%); weight decay 1.0 (seeds
+    0-2 below 11% after 600 steps); lr 2e-3 (seed 0 at 2% and seed 3 at 16% after 500 of 1000
+    steps); 3 digits (seeds 1 and 2 below 15% after 1500 steps); lr 3e-3 (seed 1 stalled at
+    81%). Without weight decay (1500 steps at batch 128) seed 1 stayed at 99.9% to the end.
     """
     return dict(
-        digits=2, n_layer=2, n_head=4, d_model=128, batch_size=128, steps=1000,
+        digits=2, n_layer=2, n_head=4, d_model=128, batch_size=64, steps=1000,
         lr=1e-3, warmup=100, weight_decay=0.1, seed=0,
     )
 
