@@ -239,8 +239,6 @@ def time_steps(step, other, steps, warmup, rounds=4, probe=None):
     """
     times, matmul, other_times, probes = [], [], [], []
     for r in range(rounds):
-        if probe:
-            probes.append(probe())
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
             step()
@@ -250,6 +248,8 @@ def time_steps(step, other, steps, warmup, rounds=4, probe=None):
                 step()
                 times.append(time.perf_counter() - start)
             matmul.append(inside[0])
+        if probe:  # here, not after torch's block: its OpenMP threads spin on after it, sharing the cores
+            probes.append(probe())
         if other:
             for _ in range(warmup):
                 other()
