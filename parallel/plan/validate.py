@@ -15,8 +15,9 @@ noise. Every rank also reports its measured parameter, gradient and optimizer-st
 Each sweep first measures the per-part costs (parallel/plan/parts.py) of every micro-batch
 size and tp the layouts use, on all ranks at once (so the parts share the cores as the
 runs do), and the all-reduce on groups of each size the layouts form, all groups at once
-(measure_collectives: on 4 ranks sharing 2 cores a collective waits for every member to be
-scheduled, which a ping-pong between two ranks does not see). Rank 0 prints one JSON line per layout (and part) and sweep; the parent compares:
+(validate_worker.measure_collectives: on 4 ranks sharing 2 cores a collective waits for
+every member to be scheduled, which a ping-pong between two ranks does not see). Rank 0
+prints one JSON line per layout (and part) and sweep; the parent compares:
 
     memory   measured bytes vs `param_bytes_per_rank` for every rank (relative error)
     time     the closed form's (cost.estimate) and the simulation's (simulate.py, from the
