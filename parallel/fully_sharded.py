@@ -54,7 +54,7 @@ from minitensor.autograd import is_grad_enabled, saved_tensors_hooks, topologica
 
 from .data_parallel import DataParallel, output_tensors
 from .gather_order import gathers_due
-from .reducer import ShardedReducer, values_chunk
+from .reducer import ShardedReducer, keep_chunk, values_chunk
 from .zero import ZeroOptimizer
 
 _FREED = {}
@@ -347,11 +347,8 @@ class Sharding:
             yield
         finally:
             for unit in self.units:
-                bucket = unit.bucket
                 if writeback:
-                    bucket.param_shard[:] = values_chunk(bucket, unit.group.rank)
-                    if bucket.compute_shard is not bucket.param_shard:
-                        bucket.compute_shard[...] = bucket.param_shard
+                    keep_chunk(unit.bucket, unit.group.rank)
                 unit.free()
 
     def schedule(self):
@@ -403,7 +400,7 @@ def masters_gathered(buckets, group, writeback=False):
     finally:
         for bucket, arrays in zip(buckets, compute):
             if writeback:
-                bucket.param_shard[:] = values_chunk(bucket, group.rank)
+                keep_chunk(bucket, group.rank)
             for p, array in zip(bucket.params, arrays):
                 if writeback:
                     array[...] = p.data

@@ -156,6 +156,20 @@ def values_chunk(bucket, rank, values=None):
     return flat[rank * bucket.shard_size:(rank + 1) * bucket.shard_size].copy()
 
 
+def keep_chunk(bucket, rank):
+    """The values the parameters now hold (a loader's, a gather's writeback) become this rank's
+    `param_shard`, and its rounding the `compute_shard` the forward gathers."""
+    bucket.param_shard[:] = values_chunk(bucket, rank)
+    refresh_compute_shard(bucket)
+
+
+def refresh_compute_shard(bucket):
+    """Round `param_shard` into `compute_shard` where they are two arrays (ZeRO-3 under a
+    16-bit policy; otherwise one array, or no compute chunk at all)."""
+    if bucket.compute_shard is not None and bucket.compute_shard is not bucket.param_shard:
+        bucket.compute_shard[...] = bucket.param_shard
+
+
 class ShardedReducer(Reducer):
     """The reduce-scatter path (ZeRO-2/3): the same buckets, each zero-padded to n equal
     chunks; `start_next` reduce-scatters a bucket instead of all-reducing it, and `finish`

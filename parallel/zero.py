@@ -29,7 +29,7 @@ import numpy as np
 from minitensor.optim import Optimizer, adamw_update
 
 from .data_parallel import broadcast_parameters
-from .reducer import Bucket, padded_length, values_chunk
+from .reducer import Bucket, padded_length, refresh_compute_shard, values_chunk
 
 STAGES = (1, 2, 3)
 
@@ -118,8 +118,8 @@ class ZeroOptimizer(Optimizer):
         compute_dtype = bucket.params[0].dtype
         if self.stage == 2:
             bucket.unpack_values(self.group.all_gather(param_shard.astype(compute_dtype, copy=False)))
-        elif bucket.compute_shard is not param_shard:
-            bucket.compute_shard[...] = param_shard
+        else:
+            refresh_compute_shard(bucket)
 
     def zero_grad(self):
         super().zero_grad()
