@@ -117,6 +117,31 @@ class Estimate:
         return f"{worst} {pct:.2g}%" if pct else "no overhead"
 
 
+def dp_seconds(config, layout, profile, precision, balance=None, compress="none", local_steps=1):
+    """(seconds, explanation) of one step's dp × cp communication, on the largest stage's
+    parameters: the gradient reduction, and ZeRO's parameter all-gathers."""
+    p, m, replicas = layout.pp, layout.micro_batches, layout.dp * layout.cp
+    dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, replicas)
+    stage = max(range(p), key=lambda i: param_count(config, layout.tp, p, i, balance))
+    count = param_count(config, layout.tp, p, stage, balance)
+    grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
+    # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
+    gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
+    if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
+        dp_time = (2 * m * all_gather(replicas, gather_bytes, dp_alpha, dp_beta)
+                   + all_gather(replicas, grad_bytes, dp_alpha, dp_beta))
+        dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
+    elif layout.zero:
+        dp_time = all_gather(replicas, grad_bytes, dp_alpha, dp_beta) + all_gather(replicas, gather_bytes, dp_alpha,
+                                                                                    dp_beta)
+        dp_how = "reduce-scatter + all-gather"
+    else:
+        dp_time, dp_how = dp_communication(
+            count, stage_matrices(config, layout.tp, p, stage, balance),
+            replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
+    return dp_time, f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) = {dp_time:.4g} s"
+
+
 def estimate(config, layout, batch, profile, dtype="float32", balance=None, compress="none", local_steps=1):
     """Memory and step time of `layout` training `config` on `batch` sequences per step.
 
@@ -163,27 +188,8 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     slowest = max(range(p), key=lambda i: stage_times[i][0])
     t_stage, compute_mb, tp_mb, cp_mb = stage_times[slowest]
 
-    dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, layout.dp * cp)
-    replicas = layout.dp * cp
-    count = max(param_count(config, layout.tp, p, i, balance) for i in range(p))
-    grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
-    # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
-    gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
-    if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
-        dp_time = (2 * m * all_gather(replicas, gather_bytes, dp_alpha, dp_beta)
-                   + all_gather(replicas, grad_bytes, dp_alpha, dp_beta))
-        dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
-    elif layout.zero:
-        dp_time = all_gather(replicas, grad_bytes, dp_alpha, dp_beta) + all_gather(replicas, gather_bytes, dp_alpha,
-                                                                                    dp_beta)
-        dp_how = "reduce-scatter + all-gather"
-    else:
-        stage = max(range(p), key=lambda i: param_count(config, layout.tp, p, i, balance))
-        dp_time, dp_how = dp_communication(
-            param_count(config, layout.tp, p, stage, balance), stage_matrices(config, layout.tp, p, stage, balance),
-            replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
-    lines.append(f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) "
-                 f"= {dp_time:.4g} s")
+    dp_time, dp_line = dp_seconds(config, layout, profile, precision, balance, compress, local_steps)
+    lines.append(dp_line)
 
     comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {})}
     slots = bubble_slots(layout.schedule, p, m, layout.checkpoint)

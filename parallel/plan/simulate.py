@@ -26,7 +26,7 @@ what these kernels take here.
 from dataclasses import dataclass
 
 from ..pipeline.schedules import get_schedule
-from .cost import estimate, link, ring_all_reduce, send_recv
+from .cost import dp_seconds, link, ring_all_reduce, send_recv
 from .layout import get_precision
 from .memory import micro_batch_size
 from .model import param_count, stage_layers
@@ -96,8 +96,7 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     costs = [{"forward": f, "backward": bw, "backward_input": bw / 2, "backward_weight": bw / 2} for f, bw in times]
     events = replay(get_schedule(layout.schedule, p, m), costs, message, layout.dp * layout.tp, alone_speedup)
     ends = [max(e.end for e in events if e.rank == stage) for stage in range(p)]
-    dp_profile = for_group(profile, collectives, layout.dp)
-    dp = estimate(config, layout, batch, dp_profile, dtype, balance).comm["dp"]  # the closed form's dp time
+    dp, _ = dp_seconds(config, layout, for_group(profile, collectives, layout.dp), precision, balance)  # closed form
     optimizer = [param_count(config, layout.tp, p, stage, balance) * parts.optimizer_per_param
                  / (layout.dp if layout.zero else 1) for stage in range(p)]
     total = max(end + dp + opt for end, opt in zip(ends, optimizer))
