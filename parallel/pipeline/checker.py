@@ -57,9 +57,10 @@ def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, com
     backward_time is a whole backward's; weight_time (default half of it) its W part.
     Each time is one number for every rank or a list of one per rank."""
     _check_static(schedule, p, m, v)
-    run = _Run(schedule, p, v, [_costs(*times) for times in zip(*(
-        _per_rank(t, p, name) for name, t in (("forward_time", forward_time), ("backward_time", backward_time),
-                                              ("weight_time", weight_time))))], comm_time)
+    forwards = _per_rank(forward_time, p, "forward_time")
+    backwards = _per_rank(backward_time, p, "backward_time")
+    weights = _per_rank(weight_time, p, "weight_time")
+    run = _Run(schedule, p, v, [_costs(f, b, w) for f, b, w in zip(forwards, backwards, weights)], comm_time)
     run.until_blocked()
     run.raise_if_stuck()
     run.check_complete(m)

@@ -202,6 +202,7 @@ def print_auto_shard(config, tp, micro_batch, device):
 
 def print_simulated(config, estimates, batch, profile, dtype):
     """Closed form vs simulated step time of the top rows, parts measured here, one process."""
+    from .memory import micro_batch_size
     from .parts import measure_parts
     from .simulate import simulate_step
     print(f"\nsimulated (schedule replayed, parts measured on this machine, one process, {dtype}):")
@@ -209,7 +210,7 @@ def print_simulated(config, estimates, batch, profile, dtype):
     parts = {}
     for index, est in enumerate(estimates, 1):
         layout = est.layout
-        b = batch // (layout.dp * layout.micro_batches)
+        b = micro_batch_size(batch, layout)
         if (b, layout.tp) not in parts:
             parts[(b, layout.tp)] = measure_parts(config, b, layout.tp, dtype=dtype)
         simulated = simulate_step(config, layout, batch, parts[(b, layout.tp)], profile, dtype=dtype).total

@@ -29,6 +29,7 @@ prints one JSON line per layout (and part) and sweep; the parent compares:
 also predicts with that profile. This is a report, not a timed test.
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -40,7 +41,7 @@ from ..launch import run_on_mpi_ranks
 from ..pipeline.partition import balance_by_parameters
 from .cost import estimate
 from .layout import Layout
-from .memory import param_bytes_per_rank
+from .memory import micro_batch_size, param_bytes_per_rank
 from .model import DEFAULT_BATCH, get_config
 from .profiles import load_profile
 from .rank_stats import kendall, separated, spearman
@@ -52,6 +53,7 @@ def layout_name(dp, tp, pp, zero, checkpoint=False):
     return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" ckpt" if checkpoint else "")
 
 
+@functools.cache
 def balance_of(config, pp):
     """The blocks per stage HybridGPT uses by default (balanced by parameter count)."""
     return balance_by_parameters(dense_gpt(config), pp)
@@ -154,7 +156,7 @@ def predictions(config, batch, profile, results, parts, link):
     for result in results:
         layout, balance = layout_of(result), balance_of(config, result["layout"][2])
         closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
-        b = batch // (layout.dp * layout.micro_batches)
+        b = micro_batch_size(batch, layout)
         simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link, balance,
                                              alone_speedup=link["alone_speedup"],
                                              collectives=link["collectives"]).total))

@@ -54,7 +54,7 @@ def unpack(layout):
 def dense_gpt(config):
     """The float32 minitensor GPT of a planner config, seeded alike on every rank."""
     mt.manual_seed(0)
-    return dense.GPT(dense.GPTConfig(**dataclasses.asdict(config)), dtype=np.float32)
+    return dense.GPT(config, dtype=np.float32)  # the planner's GPTConfig is the model's
 
 
 def run_layout(group, config, layout, batch, microbatches, steps):
