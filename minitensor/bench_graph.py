@@ -16,6 +16,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import bench, graph
+from minitensor.graph.ir import LEAF_OPS
 from minitensor.graph.passes import DEFAULT_PASSES, fuse_qkv
 from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
@@ -44,7 +45,7 @@ def graph_step(config, batch, rewrite):
 
 def op_changes(before, after):
     """"Op n → m" for each op whose count the passes changed."""
-    count = [Counter(n.op for n in g.nodes if n.op not in ("input", "param", "constant")) for g in (before, after)]
+    count = [Counter(n.op for n in g.nodes if n.op not in LEAF_OPS) for g in (before, after)]
     return ", ".join(f"{op} {count[0][op]} → {count[1][op]}" for op in sorted(count[0] | count[1])
                      if count[0][op] != count[1][op])
 

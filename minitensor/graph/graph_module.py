@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 
 from minitensor.autograd import Function
+from minitensor.graph.ir import LEAF_OPS
 from minitensor.tensor import Tensor
 
 
@@ -52,14 +53,14 @@ class GraphModule:
         missing = [n.name for n in graph.nodes if n.op == "param" and n.name not in self.params]
         if missing:
             raise ValueError(f"GraphModule: no tensor given for parameters {missing}")
-
-    def input_nodes(self):
-        return [n for n in self.graph.nodes if n.op == "input"]
+        # what every call needs, found once: the input nodes, where each value is last read,
+        # and each op's Function (looked up on the first call that runs it)
+        self.inputs, self.drops, self.functions = [n for n in graph.nodes if n.op == "input"], last_uses(graph), {}
 
     def check_inputs(self, inputs):
         """Inputs must match the traced ones in count, shape and dtype (shapes are baked
         into the graph: reshapes, positions, masks)."""
-        nodes = self.input_nodes()
+        nodes = self.inputs
         if len(inputs) != len(nodes):
             raise TypeError(f"graph: takes {len(nodes)} inputs {[n.name for n in nodes]}, got {len(inputs)}")
         for node, value in zip(nodes, inputs):
@@ -77,18 +78,20 @@ class GraphModule:
 
     def __call__(self, *inputs):
         self.check_inputs(inputs)
-        given = {n.name: v for n, v in zip(self.input_nodes(), inputs)}
-        env, drops = {}, last_uses(self.graph)
+        given = {n.name: v for n, v in zip(self.inputs, inputs)}
+        env = {}
         for k, node in enumerate(self.graph.nodes):
-            if node.op in ("input", "param", "constant"):
+            if node.op in LEAF_OPS:
                 env[node.name] = self.leaf_value(node, given)
             else:
                 attrs = dict(node.attrs)
                 for attr, source in node.attr_inputs:
                     value = env[source]
                     attrs[attr] = value.data if isinstance(value, Tensor) else np.asarray(value)
-                env[node.name] = function_class(node.op).apply(*(env[i] for i in node.inputs), **attrs)
-            for name in drops.get(k, ()):
+                if node.op not in self.functions:
+                    self.functions[node.op] = function_class(node.op)
+                env[node.name] = self.functions[node.op].apply(*(env[i] for i in node.inputs), **attrs)
+            for name in self.drops.get(k, ()):
                 del env[name]  # dropped when last read, as eager Python drops a temporary
         outs = [env[o] for o in self.graph.outputs]
         if self.layout is None:
