@@ -123,7 +123,7 @@ class Function:
             tracer(cls, inputs, params, node, result)
         if needs_grad:
             node.inputs = graph_inputs(inputs)
-            result._node = node
+            result._place = Place(result, node)  # a fresh tensor: its place, made by this node
         else:
             node.saved = ()
         return result

@@ -64,7 +64,6 @@ class Tensor:
     def __init__(self, data, requires_grad=False):
         self.data = data if isinstance(data, np.ndarray) else _as_array(data)
         self.grad = None
-        self._node = None
         self._hooks = []
         self.requires_grad = requires_grad
 
