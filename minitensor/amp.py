@@ -205,6 +205,12 @@ class MixedPrecision:
         optimizer and the gather do their work)."""
         self.masters, self.sharded_grads = self.params, sharded_grads
 
+    @property
+    def keeps_whole_masters(self):
+        """Whether the masters are whole float32 arrays of their own: a mixed policy whose
+        masters were not handed over to ZeRO-2/3's shards."""
+        return self.mixed and self.sharded_grads is None
+
     def backward(self, loss):
         """(loss · scale).backward(), with the scale seeded as the loss's gradient."""
         loss.backward(np.asarray(self.scaler.scale, loss.dtype))
@@ -212,7 +218,7 @@ class MixedPrecision:
     def grads_to_master(self, divisor=1):
         """Each parameter's gradient / divisor into its master's .grad, in the master dtype
         (the float16 → float32 cast is exact; the division happens in float32)."""
-        if self.sharded_grads:
+        if self.sharded_grads is not None:  # the sharded reducer wrote the masters' gradient chunks
             return
         for p, m in zip(self.params, self.masters):
             if p.grad is None:
@@ -224,7 +230,7 @@ class MixedPrecision:
 
     def found_inf(self):
         """Unscale the masters' gradients in place; whether any rank of `groups` saw an inf/nan."""
-        grads = self.sharded_grads() if self.sharded_grads else [m.grad for m in self.masters if m.grad is not None]
+        grads = self.sharded_grads() if self.sharded_grads is not None else [m.grad for m in self.masters if m.grad is not None]
         found = self.scaler.unscale_(grads)
         flag = np.array([found], dtype=np.int64)
         for group in self.groups:  # after tp, pp and dp, every rank of the mesh has the world's MAX
@@ -246,7 +252,7 @@ class MixedPrecision:
 
     def masters_to_params(self):
         """Round every master into its compute copy (round to nearest even), in place."""
-        if self.mixed and not self.sharded_grads:
+        if self.keeps_whole_masters:
             for p, m in zip(self.params, self.masters):
                 p.data[...] = m.data
 
@@ -259,7 +265,7 @@ class MixedPrecision:
         """Inside the block each parameter's .data and .grad are its master's (unscaled: the
         caller divides by the scale), so code that reads or writes parameters by name (a
         gather, a loader) reaches the float32 masters; the compute copies are refreshed after."""
-        if not self.mixed or self.sharded_grads:
+        if not self.keeps_whole_masters:
             yield
             return
         saved = [(p.data, p.grad) for p in self.params]
