@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from minitensor.autograd import RELEASED, topological_order
+from minitensor.graph.ir import LEAF_FILL, dot_document, text_table
 
 
 def _matmul(node, out_shape):
@@ -85,19 +86,12 @@ def summary(tensor, show=True, file=None):
     total = totals(tensor)
     header = ("op", "output shape", "FLOPs", "saved bytes")
     footer = ("total", "", f"{total['flops']:,}", f"{total['saved_bytes']:,}")
-    widths = [max(len(r[i]) for r in [header, footer, *rows]) for i in range(4)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    rule = "-" * len(line(header))
-    text = "\n".join([line(header), rule, *map(line, rows), rule, line(footer)])
+    text = text_table(header, rows, footer, left=2)
     if show:
         print(text, file=file)
     return text
 
 
-LEAF_FILL = ", style=filled, fillcolor=lightblue"  # a leaf that requires grad
 DOT_LEGEND = f"""  subgraph cluster_legend {{
     label="legend"; fontsize=10; color=grey;
     legend_op [shape=box, label="op\\noutput shape\\nFLOPs"];
@@ -133,4 +127,4 @@ def to_dot(tensor, params=None, legend=True):
         node_id(tensor)
     if legend:
         lines.append(DOT_LEGEND)
-    return "digraph minitensor {\n  rankdir=LR;\n" + "\n".join(lines) + "\n}\n"
+    return dot_document(lines)

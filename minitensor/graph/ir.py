@@ -18,6 +18,24 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 LEAF_OPS = ("input", "param", "constant")
+LEAF_FILL = ", style=filled, fillcolor=lightblue"  # DOT: a leaf that requires grad (a parameter)
+
+
+def text_table(header, rows, footer, left):
+    """Rows of strings as aligned text: the first `left` columns left-aligned, the rest
+    right-aligned (numbers), a rule under the header and above the footer."""
+    widths = [max(len(r[i]) for r in [header, footer, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    rule = "-" * len(line(header))
+    return "\n".join([line(header), rule, *map(line, rows), rule, line(footer)])
+
+
+def dot_document(lines):
+    """DOT statements as one left-to-right Graphviz graph."""
+    return "digraph minitensor {\n  rankdir=LR;\n" + "\n".join(lines) + "\n}\n"
 
 
 @dataclass(frozen=True)
@@ -113,19 +131,13 @@ class Graph:
         t = self.totals()
         footer = ("total", f"{t['nodes']} ops", "", "", f"{t['flops']:,}", f"{t['bytes_moved']:,}",
                   f"{t['saved_bytes']:,}")
-        widths = [max(len(r[i]) for r in [header, footer, *rows]) for i in range(len(header))]
-
-        def line(cells):
-            return "  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-        rule = "-" * len(line(header))
-        return "\n".join([line(header), rule, *map(line, rows), rule, line(footer)])
+        return text_table(header, rows, footer, left=4)
 
     def to_dot(self):
         """Graphviz DOT text: a box per op (op, output shape, FLOPs), an ellipse per input,
         parameter (filled) or constant, an edge from each value to the ops that read it (dashed
         where an op reads an input as a keyword attribute, as Embedding reads idx)."""
-        style = {"input": "shape=ellipse", "param": "shape=ellipse, style=filled, fillcolor=lightblue",
+        style = {"input": "shape=ellipse", "param": "shape=ellipse" + LEAF_FILL,
                  "constant": "shape=ellipse, style=dashed"}
         ids = {n.name: f"n{i}" for i, n in enumerate(self.nodes)}
         lines = []
@@ -138,4 +150,4 @@ class Graph:
             lines.extend(f'  {ids[i]} -> {ids[n.name]} [style=dashed, label="{k}"];' for k, i in n.attr_inputs)
         lines.extend(f'  {ids[o]} -> out{k}; out{k} [shape=plaintext, label="output {k}"];'
                      for k, o in enumerate(self.outputs))
-        return "digraph minitensor {\n  rankdir=LR;\n" + "\n".join(lines) + "\n}\n"
+        return dot_document(lines)
