@@ -9,7 +9,7 @@ its bias).
 """
 import numpy as np
 
-from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes
+from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes, with_inserted
 from minitensor.ops import unbroadcast
 from minitensor.unary_ops import Gelu
 
@@ -80,5 +80,4 @@ def fuse_bias_gelu(graph):
                             bytes_read=nbytes(y) + nbytes(bias))
         replaced[gelu.name] = [*new_nodes, fused]
         renames[gelu.name] = fused.name
-    nodes = [m for n in graph.nodes for m in (n, *replaced.get(n.name, ()))]
-    return finish(graph, nodes, renames)
+    return finish(graph, with_inserted(graph, replaced), renames)

@@ -17,7 +17,7 @@ default a group is fused only where the bytes moved fall (tokens > 3·d for q, k
 `only_if_fewer_bytes=False` fuses every group.
 """
 from minitensor.graph.ir import Node
-from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes
+from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes, with_inserted
 
 
 def _concat(parts, taken):
@@ -69,5 +69,4 @@ def fuse_qkv(graph, only_if_fewer_bytes=True):
                 continue
             after[linears[-1].name] = new_nodes
             renames.update(renamed)
-    nodes = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
-    return finish(graph, nodes, renames)
+    return finish(graph, with_inserted(graph, after), renames)

@@ -4,6 +4,7 @@ import heapq
 import math
 
 from minitensor.graph.ir import Graph
+from minitensor.graph.passes.dce import eliminate_dead_nodes
 
 
 def nbytes(node):
@@ -44,10 +45,13 @@ def stable_toposort(nodes):
     return order
 
 
+def with_inserted(graph, after):
+    """The graph's nodes with `after[name]` (new nodes) placed right after node `name`."""
+    return [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
+
+
 def finish(graph, nodes, renames):
     """The rewritten graph: `nodes` (the old ones and the new), every read of a name in
     `renames` redirected to its replacement, re-sorted, with the nodes no output needs removed."""
-    from minitensor.graph.passes.dce import eliminate_dead_nodes
-
     renamed = Graph(nodes, graph.outputs).renamed_uses(renames)
     return eliminate_dead_nodes(Graph(stable_toposort(renamed.nodes), renamed.outputs)).check()

@@ -15,7 +15,7 @@ the where's; fused it keeps only y (the saved bytes fall by one score matrix).
 """
 import numpy as np
 
-from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes
+from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes, with_inserted
 
 
 def _scalar(node):
@@ -78,5 +78,4 @@ def fuse_softmax_chain(graph):
                                    flops=softmax.flops + sum(n.flops for n in absorbed), bytes_read=nbytes(source))
             replaced[softmax.name] = [fused]
             renames[softmax.name] = fused.name
-    nodes = [m for n in graph.nodes for m in (n, *replaced.get(n.name, ()))]
-    return finish(graph, nodes, renames)
+    return finish(graph, with_inserted(graph, replaced), renames)
