@@ -9,7 +9,7 @@ Functions' forward and backward, timed by `matmul_timer`), the model FLOPs
 utilisation and the peak memory of a step. If PyTorch is installed it also times
 the same architecture in PyTorch eager on the CPU, with torch's thread count set to
 numpy's BLAS thread count, and prints the ratio. torch is optional: it is imported
-only inside `torch_step`. The process keeps freed memory for reuse
+only inside `bench_torch.torch_step`. The process keeps freed memory for reuse
 (`minitensor.allocator`) unless `--release-memory` is given.
 
 MFU (model FLOPs utilisation) = model FLOPs per step / step time / the GEMM rate,
@@ -26,7 +26,6 @@ same measure for both libraries; "-" where /proc is not there.
 import argparse
 import ctypes
 import ctypes.util
-import math
 import statistics
 import time
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
+from minitensor.bench_torch import torch_step
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from minitensor.kernel_threads import blas_threads
 from minitensor.models.gpt import GPT, GPTConfig
@@ -134,95 +134,18 @@ def minitensor_step(config, batch):
     """A function that runs one training step of a fresh GPT on a fixed random batch."""
     mt.manual_seed(0)
     model = GPT(config)
+    return training_step(model, model, *random_batch(config, batch))
+
+
+def training_step(model, forward, idx, targets):
+    """A function that runs one AdamW step of `model`'s parameters, the loss from
+    `forward(idx, targets) -> (logits, loss)` (the model itself, or its traced graph)."""
     optimizer = AdamW(model.parameters(), lr=1e-3)
-    idx, targets = random_batch(config, batch)
 
     def step():
         optimizer.zero_grad()
-        _, loss = model(idx, targets)
+        _, loss = forward(idx, targets)
         loss.backward()
-        optimizer.step()
-
-    return step
-
-
-def torch_gpt(config):
-    """The same GPT as `minitensor.models.gpt`, parameter for parameter, in PyTorch eager.
-
-    Attention is written out (q kᵀ, causal mask, softmax, @ v) as minitensor computes it.
-    """
-    import torch
-    from torch import nn
-    from torch.nn import functional as TF
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = config.d_model
-            self.q, self.k, self.v, self.proj = (nn.Linear(d, d) for _ in range(4))
-            self.register_buffer("mask", torch.ones(config.block_size, config.block_size).triu(1).bool(), persistent=False)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = (f(x).view(b, t, config.n_head, -1).transpose(1, 2) for f in (self.q, self.k, self.v))
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-            weights = scores.masked_fill(self.mask[:t, :t], float("-inf")).softmax(-1)
-            return self.proj((weights @ v).transpose(1, 2).reshape(b, t, c))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = config.d_model
-            self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(d), Attention(), nn.LayerNorm(d)
-            self.mlp = nn.Module()
-            self.mlp.fc, self.mlp.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp.proj(TF.gelu(self.mlp.fc(self.ln_2(x)), approximate="tanh"))
-
-    class TorchGPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = config.d_model
-            self.tok_emb, self.pos_emb = nn.Embedding(config.vocab_size, d), nn.Embedding(config.block_size, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(config.n_layer))
-            self.ln_f, self.lm_head = nn.LayerNorm(d), nn.Linear(d, config.vocab_size, bias=False)
-
-        def forward(self, idx, targets):
-            x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lm_head(self.ln_f(x))
-            return TF.cross_entropy(logits.flatten(0, 1), targets.flatten())
-
-    return TorchGPT()
-
-
-def torch_step(config, batch, threads):
-    """The same training step in PyTorch eager (checked: same loss from the same weights),
-    or None when torch is not installed."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(threads)
-    model = torch_gpt(config)
-    mt.manual_seed(0)
-    reference = GPT(config)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in reference.state_dict().items()})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    idx, targets = random_batch(config, batch)
-    expected = reference(idx, targets)[1].item()
-    idx, targets = torch.from_numpy(idx), torch.from_numpy(targets)
-    with torch.no_grad():
-        got = model(idx, targets).item()
-    if not np.isclose(got, expected, rtol=1e-4):
-        raise RuntimeError(f"PyTorch model gives loss {got}, minitensor {expected}: not the same architecture")
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        model(idx, targets).backward()
         optimizer.step()
 
     return step
@@ -275,11 +198,11 @@ def main(argv=None):
     parser.add_argument("--graph", action="store_true",
                         help="nodes, bytes and step time before -> after the graph rewrites (medium GPT)")
     args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    kept = not args.release_memory and keep_freed_memory()
     if args.graph:
         from minitensor.bench_graph import graph_main
-        return graph_main(args)
+        return graph_main(args, kept)
     threads = blas_threads()
-    kept = not args.release_memory and keep_freed_memory()
     probe = gemm_probe()
     probe()  # the first product wakes BLAS's threads
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
@@ -289,7 +212,7 @@ def main(argv=None):
     for name in args.configs:
         config, batch = CONFIGS[name]
         step = minitensor_step(config, batch)
-        other = None if args.no_torch else torch_step(config, batch, threads)
+        other = None if args.no_torch else torch_step(config, *random_batch(config, batch), threads)
         times, matmul, torch_times, probes = time_steps(step, other, args.steps, args.warmup, probe=probe)
         gemm += probes
         peaks = peak_step_bytes(step), (peak_step_bytes(other) if other else None)

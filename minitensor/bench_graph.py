@@ -19,7 +19,6 @@ from minitensor import bench, graph
 from minitensor.graph.ir import LEAF_OPS
 from minitensor.graph.passes import DEFAULT_PASSES, fuse_qkv
 from minitensor.models.gpt import GPT
-from minitensor.optim import AdamW
 
 
 def graph_step(config, batch, rewrite):
@@ -31,16 +30,8 @@ def graph_step(config, batch, rewrite):
     gm = graph.trace(model.forward, idx, targets)
     if rewrite:
         gm = gm.transform(*DEFAULT_PASSES)
-    optimizer = AdamW(model.parameters(), lr=1e-3)
-    first_loss = gm(idx, targets)[1].item()
-
-    def step():
-        optimizer.zero_grad()
-        _, loss = gm(idx, targets)
-        loss.backward()
-        optimizer.step()
-
-    return step, gm, first_loss
+    step = bench.training_step(model, gm, idx, targets)
+    return step, gm, gm(idx, targets)[1].item()
 
 
 def op_changes(before, after):
@@ -50,8 +41,7 @@ def op_changes(before, after):
                      if count[0][op] != count[1][op])
 
 
-def graph_main(args):
-    kept = not args.release_memory and bench.keep_freed_memory()
+def graph_main(args, kept):
     for name in args.configs:
         compare(name, args, kept)
 
