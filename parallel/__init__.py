@@ -5,7 +5,7 @@ limit_blas_threads()  # must run before numpy is imported below
 
 from .comm import Group, run_threads, world  # noqa: E402
 from .data_parallel import DataParallel  # noqa: E402
-from .fully_sharded import FullyShardedDataParallel  # noqa: E402
+from .fsdp import FullyShardedDataParallel  # noqa: E402
 from .hybrid import HybridGPT  # noqa: E402
 from .mesh import Mesh  # noqa: E402
 from .pipeline import Pipeline, PipelineStage  # noqa: E402
