@@ -172,7 +172,8 @@ def run_worker(args):
     from parallel.comm import world
     from parallel.comm.link import with_link
     from parallel.train import build_parser
-    from parallel.train.cli import check_args, fill_defaults
+    from parallel.train.cli import fill_defaults
+    from parallel.train.flag_checks import check_args
     from parallel.train.loop import build, evaluation, train_one_step
     from parallel.train.task import make_task
 

@@ -1,0 +1,121 @@
+"""Every flag of `python -m parallel.train` checked before any work: alone (RANGES) and in
+combination (check_args), each error one message that names the values."""
+from minitensor.amp import precision_policy
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
+
+from ..comm.link import parse_link
+from ..comm_hooks import make_hook
+from ..context_parallel import check_sequence_length
+
+RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
+                            "n_head", "d_model", "block_size", "threads", "check"), AT_LEAST_1),
+          "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+          **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every"), AT_LEAST_0)}
+
+
+def check_args(args, world_size):
+    """A ValueError naming the values for every flag combination that cannot run."""
+    message = bad_flag(args, RANGES)
+    if message:
+        raise ValueError(message)
+    server = args.async_staleness is not None  # --async-staleness: one more rank, the parameter server
+    layout = args.dp * args.tp * args.pp * args.cp + server
+    if layout != world_size:
+        cp = f" x --cp {args.cp}" if args.cp > 1 else ""
+        raise ValueError(f"--dp {args.dp} x --tp {args.tp} x --pp {args.pp}{cp}{' + 1 server' if server else ''} = "
+                         f"{layout} ranks, but the world has {world_size}")
+    if args.n_head % args.tp:
+        raise ValueError(f"--n-head {args.n_head} is not divisible by --tp {args.tp}")
+    if args.d_model % args.n_head:
+        raise ValueError(f"--d-model {args.d_model} is not divisible by --n-head {args.n_head}")
+    if args.batch % (args.dp * args.microbatches):
+        raise ValueError(f"--batch {args.batch} is not divisible by --dp {args.dp} x --microbatches "
+                         f"{args.microbatches} = {args.dp * args.microbatches}")
+    if args.cp > 1 and args.model == "bert":
+        raise ValueError(f"--cp {args.cp} with --model bert: a BERT's segment of each token counts the separators "
+                         "before it in the whole sequence, which a cp rank does not hold; use --cp 1")
+    if args.cp > 1:
+        try:
+            check_sequence_length(args.block_size, args.cp, args.cp_layout)
+        except ValueError as error:
+            raise ValueError(f"--cp {args.cp} --cp-layout {args.cp_layout}: {error} "
+                             f"(addition: the length is 3·digits + 2; try --digits 2)") from None
+        if args.cp_comm_type == "a2a" and args.n_head // args.tp % args.cp:
+            raise ValueError(f"--cp-comm-type a2a needs the heads per tp rank, --n-head {args.n_head} / --tp "
+                             f"{args.tp} = {args.n_head // args.tp}, divisible by --cp {args.cp}")
+        if args.sequence_parallel and args.block_size // args.cp % args.tp:
+            raise ValueError(f"--sequence-parallel with --cp {args.cp} needs the sequence length {args.block_size} "
+                             f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")
+    if args.sequence_parallel and args.block_size % args.tp:
+        raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
+                         f"--tp {args.tp} (addition: the length is 3·digits + 2; try --digits 2)")
+    if args.pp * args.chunks > args.n_layer:
+        raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
+                         f"got {args.n_layer}")
+    if args.chunks > 1 and args.schedule != "interleaved":
+        raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
+    if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
+        raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
+    precision_policy(args.precision)  # bf16 without the ml_dtypes package: how to install it
+    if args.check and args.resume:
+        raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
+    if args.model == "bert" and args.data:
+        raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
+    check_communication_args(args)
+    if args.save_every and not args.save:
+        raise ValueError("--save-every needs --save DIR")
+    if args.overwrite and not args.save:
+        raise ValueError("--overwrite needs --save DIR")
+
+
+def check_communication_args(args):
+    """--link, --compress, --local-steps and the outer optimizer's flags, alone and together."""
+    if args.link is not None:
+        parse_link(args.link)
+    compress = make_hook(args.compress) is not None
+    if args.local_steps is not None and args.local_steps < 1:
+        raise ValueError(f"--local-steps={args.local_steps} must be ≥ 1")
+    outer = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("outer_lr", "outer_momentum")
+             if getattr(args, name) is not None]
+    if outer and args.local_steps is None:
+        raise ValueError(f"{' and '.join(outer)} set DiLoCo's outer optimizer, which needs --local-steps H")
+    if args.outer_lr is not None and not args.outer_lr > 0:
+        raise ValueError(f"--outer-lr={args.outer_lr} must be a number > 0")
+    if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
+        raise ValueError(f"--outer-momentum={args.outer_momentum} must be in [0, 1)")
+    if args.async_staleness is not None:
+        check_parameter_server_args(args, compress)
+    for flag, on in ((f"--compress {args.compress}", compress), (f"--local-steps {args.local_steps}",
+                                                                 args.local_steps is not None)):
+        if on and args.zero:
+            raise ValueError(f"{flag} acts on the dp all-reduce of whole replicas, which --zero {args.zero} replaces "
+                             f"by sharding over dp: use one or the other")
+        if args.local_steps is not None and args.cp > 1:
+            raise ValueError(f"--local-steps {args.local_steps} with --cp {args.cp}: the cp ranks of a replica hold "
+                             f"parts of one gradient, which must be summed every step")
+        if on and args.dp == 1:
+            raise ValueError(f"{flag} acts on the communication over dp, but --dp is 1")
+        if on and args.check:
+            raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
+                             f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "
+                             f"test_local_sgd.py)")
+
+
+def check_parameter_server_args(args, compress):
+    """--async-staleness runs the dense model on dp workers: no other layout or communication flag."""
+    flag = f"--async-staleness {args.async_staleness}"
+    if args.async_staleness < 0:
+        raise ValueError(f"{flag} must be ≥ 0")
+    others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
+              f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
+              f"--zero {args.zero}" if args.zero else None,
+              f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
+              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
+              f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
+              f"--accumulate {args.accumulate}" if args.accumulate > 1 else None,
+              "--check" if args.check else None, "--save" if args.save else None,
+              "--resume" if args.resume else None, "--trace" if args.trace else None]
+    others = [o for o in others if o]
+    if others:
+        raise ValueError(f"{flag} trains the dense model on --dp workers around one server; it does not combine "
+                         f"with {', '.join(others)}")
