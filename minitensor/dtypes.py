@@ -48,12 +48,17 @@ def accumulate_dtype(dtype):
     return np.dtype(float32) if dtype in SIXTEEN_BIT else dtype
 
 
-def matmul(a, b):
-    """a @ b (numpy arrays); 16-bit inputs are multiplied and added in float32, rounded once."""
+def matmul(a, b, out=None):
+    """a @ b (numpy arrays), into `out` if given; 16-bit inputs are multiplied and added in
+    float32, rounded once."""
     acc = accumulate_dtype(a.dtype)
     if acc == a.dtype:
-        return a @ b
-    return (a.astype(acc) @ b.astype(acc)).astype(a.dtype)
+        return np.matmul(a, b, out=out)
+    result = (a.astype(acc) @ b.astype(acc)).astype(a.dtype)
+    if out is None:
+        return result
+    out[...] = result
+    return out
 
 
 def sum(a, axis=None, keepdims=False):

@@ -10,7 +10,9 @@ it saves. Measured (2 cores, loaded by other jobs): the flat AdamW update of the
 GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M) 0.82 →
 1.09 ms, slower, hence the threshold.
 
-The kernel served is the flat AdamW update (flat_params). GELU and the softmax forward
+Two kinds of work are served: the flat AdamW update (flat_params), and attention's stacks of
+small matrix products (`stacked_matmul`: each product on one BLAS thread, the stack split
+over the threads). GELU and the softmax forward
 went through here too until a quiet A/B of the medium bench step showed no gain (pool
 on/off 650/658 ms and 743/703 ms, within the ±7% noise): they run whole, as plain numpy.
 
@@ -28,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from minitensor import speed
+from minitensor import dtypes, speed
 
 MIN_ELEMENTS = 1 << 20  # 1 Mi elements (4 MiB of float32) per call, at least
+MIN_STACK_FLOPS = 1 << 24  # a stack of products worth splitting: ~0.3 ms on one core, far above a thread's wake-up
 
 
 @functools.cache
@@ -95,7 +98,8 @@ def pool():
     """(the shared executor or None, the number of threads a kernel is split over)."""
     global _pool
     if _pool is None:
-        threads = blas_threads()
+        with _single["lock"]:  # inside one_blas_thread the library says 1: count the threads it restores
+            threads = _single["threads"] if _single["users"] else blas_threads()
         _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1 else None,
                  threads)
     return _pool
@@ -116,3 +120,25 @@ def run_split(kernel, n, min_elements=MIN_ELEMENTS):
         for future in futures:
             future.result()
 
+
+
+def stacked_matmul(a, b):
+    """a @ b for a stack of small products with the same leading shape (attention's heads:
+    q kᵀ, weights·v and their gradients), each product on one BLAS thread.
+
+    numpy calls BLAS once per product of the stack, so a multi-threaded BLAS would wake
+    its threads for every small one (see one_blas_thread). Instead the stack is split
+    along its first axis over the kernel threads: numpy releases the GIL inside matmul,
+    so each thread's single-threaded BLAS works on its own core. Every product is the same
+    one-thread GEMM whichever thread runs it, so the result is bitwise that of one call.
+    Measured on the medium GPT (quiet 2-core machine): the stacks took 59 ms of a 645 ms
+    step on one thread. Below MIN_STACK_FLOPS (the default job's 8-token attention) or
+    with the kernel_threads switch off, one call on one BLAS thread.
+    """
+    with one_blas_thread():
+        flops = 2 * a.size * b.shape[-1]
+        if a.shape[:-2] != b.shape[:-2] or flops < MIN_STACK_FLOPS or not speed.enabled("single_thread_small_gemms"):
+            return dtypes.matmul(a, b)
+        out = np.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
+        run_split(lambda lo, hi: dtypes.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]), len(a), min_elements=2)
+        return out

@@ -5,8 +5,8 @@ turning it off runs the plain version, with the same results (the tests run both
 
     flat_optimizer     AdamW / SGD update every parameter of a dtype in a few large
                        vectorised operations over flat buffers (minitensor.flat_params)
-    kernel_threads     the flat AdamW update split over a small thread pool
-                       (minitensor.kernel_threads)
+    kernel_threads     the flat AdamW update and attention's stacks of small products
+                       split over a small thread pool (minitensor.kernel_threads)
     single_thread_small_gemms   stacks of small matrix products (attention's heads) on
                        one BLAS thread (kernel_threads.one_blas_thread)
     free_unsaved_activations    a node holds its inputs' places in the graph, not their
