@@ -8,7 +8,8 @@ share of the step spent inside matrix products (the `MatMul` and `Linear`
 Functions' forward and backward, timed by `matmul_timer`), the model FLOPs
 utilisation and the peak memory of a step. If PyTorch is installed it also times
 the same architecture in PyTorch eager on the CPU, with torch's thread count set to
-numpy's BLAS thread count, and prints the ratio. torch is optional: it is imported
+numpy's BLAS thread count, and prints the ratio (the median over rounds of each round's
+ratio: `paired_ratio`). torch is optional: it is imported
 only inside `bench_torch.torch_step`. The process keeps freed memory for reuse
 (`minitensor.allocator`) unless `--release-memory` is given.
 
@@ -152,35 +153,52 @@ def training_step(model, forward, idx, targets):
 
 
 def time_steps(step, other, steps, warmup, rounds=4, probe=None):
-    """Seconds per step of `step`, its seconds inside matmuls, seconds per step of
-    `other` (or None), and the seconds of `probe()` called once per round (or []).
+    """Seconds per step of `step` and its seconds inside matmuls, seconds per step of
+    `other` (or None), each a list of rounds (a list of steps each), and the seconds of
+    `probe()` called once per round (or []).
 
     The two run in alternating blocks of steps/rounds steps, each block after `warmup`
     untimed steps: a busy machine slows both alike, while within a block each library's
     thread pool is already awake (switching every step would make each wait for the
-    other's spinning threads).
+    other's spinning threads). The two blocks of a round, back to back, feed `paired_ratio`.
     """
     times, matmul, other_times, probes = [], [], [], []
     for r in range(rounds):
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
             step()
+        times.append([]), matmul.append([])
         for _ in range(block):
             with matmul_timer() as inside:
                 start = time.perf_counter()
                 step()
-                times.append(time.perf_counter() - start)
-            matmul.append(inside[0])
+                times[-1].append(time.perf_counter() - start)
+            matmul[-1].append(inside[0])
         if probe:  # here, not after torch's block: its OpenMP threads spin on after it, sharing the cores
             probes.append(probe())
         if other:
             for _ in range(warmup):
                 other()
+            other_times.append([])
             for _ in range(block):
                 start = time.perf_counter()
                 other()
-                other_times.append(time.perf_counter() - start)
+                other_times[-1].append(time.perf_counter() - start)
     return times, matmul, (other_times if other else None), probes
+
+
+def every_step(rounds):
+    """The steps of all rounds, in one list."""
+    return [seconds for steps in rounds for seconds in steps]
+
+
+def paired_ratio(rounds, other_rounds):
+    """Median over rounds of (this round's median step / the other's median step in the same
+    round). The two blocks of a round ran back to back, so a change of the machine's own
+    speed between rounds (±10% over minutes here) divides out, where a ratio of the two
+    overall medians would keep it."""
+    return statistics.median(statistics.median(mine) / statistics.median(theirs)
+                             for mine, theirs in zip(rounds, other_rounds) if mine and theirs)
 
 
 def mib(nbytes):
@@ -222,16 +240,18 @@ def main(argv=None):
           f"MFU = (6·N·tokens + attention FLOPs) / step time / GEMM rate; peak = largest RSS increase in a step")
     print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'MFU':>5} {'peak MiB':>9} "
           f"{'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
-    for name, config, batch, times, matmul, torch_times, (peak, torch_peak) in rows:
+    for name, config, batch, rounds, matmul, torch_rounds, (peak, torch_peak) in rows:
+        times = every_step(rounds)
         ms = 1e3 * statistics.median(times)
-        share = statistics.median(m / t for m, t in zip(matmul, times))
+        share = statistics.median(m / t for m, t in zip(every_step(matmul), times))
         tokens = batch * config.block_size / (ms / 1e3)
         flops = model_flops(config, batch)
-        if torch_times is None:
+        if torch_rounds is None:
             tail = f"{'-':>9} {'-':>6} {'-':>9} {'-':>9}"
         else:
-            torch_ms = 1e3 * statistics.median(torch_times)
-            tail = (f"{torch_ms:9.1f} {ms / torch_ms:5.2f}x {flops / (torch_ms / 1e3) / rate:9.0%} "
+            torch_ms = 1e3 * statistics.median(every_step(torch_rounds))
+            tail = (f"{torch_ms:9.1f} {paired_ratio(rounds, torch_rounds):5.2f}x "
+                    f"{flops / (torch_ms / 1e3) / rate:9.0%} "
                     f"{mib(torch_peak):>9}")
         print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {flops / (ms / 1e3) / rate:5.0%} "
               f"{mib(peak):>9} {tail}")

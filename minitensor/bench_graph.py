@@ -65,12 +65,13 @@ def compare(name, args, kept):
               f"it would move {forced['bytes_moved'] - totals[0]['bytes_moved']:+,} bytes (copying the weights "
               f"costs more than reading x once instead of three times)")
     print(f"loss before {loss:.7f} after {loss_after:.7f} (|difference| {abs(loss - loss_after):.1e})")
-    times, _, times_after, _ = bench.time_steps(before_step, after_step, args.steps, args.warmup)
+    rounds, _, rounds_after, _ = bench.time_steps(before_step, after_step, args.steps, args.warmup)
+    times, times_after = bench.every_step(rounds), bench.every_step(rounds_after)
     ms = [1e3 * statistics.median(t) for t in (times, times_after)]
     peaks = [bench.peak_step_bytes(s) for s in (before_step, after_step)]
     print(f"step time (median of {args.steps}, alternating blocks; freed memory "
           f"{'kept' if kept else 'released'}): before {ms[0]:.1f} ms, after {ms[1]:.1f} ms, "
-          f"ratio {ms[1] / ms[0]:.3f}x; peak step memory before {bench.mib(peaks[0])} MiB, "
+          f"ratio {bench.paired_ratio(rounds_after, rounds):.3f}x; peak step memory before {bench.mib(peaks[0])} MiB, "
           f"after {bench.mib(peaks[1])} MiB")
     spread = [np.subtract(*np.percentile(t, [75, 25])) * 1e3 for t in (times, times_after)]
     print(f"run-to-run spread (interquartile range): before {spread[0]:.1f} ms, after {spread[1]:.1f} ms\n")

@@ -61,3 +61,14 @@ def test_peak_step_bytes_sees_an_array_the_step_touches():
     peak = bench.peak_step_bytes(lambda: np.ones(nbytes // 8))
     if peak is not None:  # Linux: the 64 MiB array was resident at the peak
         assert peak >= 0.9 * nbytes
+
+
+def test_the_paired_ratio_divides_out_a_slow_round():
+    """Round 2 runs both libraries twice as slow (the machine, not the code): that round's ratio
+    is still 0.8, and the paired ratio is the median of 0.8, 0.8 and 0.9. The ratio of the
+    overall medians (0.9 / 1.0) lets the slow round move the medians instead."""
+    mine = [[0.8, 0.8], [1.6, 1.6], [0.9, 0.9]]
+    theirs = [[1.0, 1.0], [2.0, 2.0], [1.0, 1.0]]
+    assert bench.paired_ratio(mine, theirs) == pytest.approx(0.8)
+    assert bench.every_step(mine) == [0.8, 0.8, 1.6, 1.6, 0.9, 0.9]
+    assert np.median(bench.every_step(mine)) / np.median(bench.every_step(theirs)) == pytest.approx(0.9)
