@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 import minitensor as mt
+from minitensor.allocator import keep_freed_memory
 from minitensor.models import gpt as dense
 
 from ..comm import world
@@ -58,7 +59,7 @@ def dense_gpt(config):
 
 
 def run_layout(group, config, layout, batch, microbatches, steps):
-    """Worker side: train one layout; (median step seconds, [memory of every rank])."""
+    """Worker side: train one layout; ([seconds of each timed step], [memory of every rank])."""
     dp, tp, pp, zero, checkpoint = unpack(layout)
     model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero,
                       checkpoint_activations=checkpoint)
@@ -78,7 +79,7 @@ def run_layout(group, config, layout, batch, microbatches, steps):
         times.append(time.perf_counter() - start)
     mine = np.array([memory[k] for k in KINDS], dtype=np.int64)
     every = [dict(zip(KINDS, map(int, row))) for row in all_gather_ragged(group, mine)]
-    return float(np.median(times[1:])), every
+    return times[1:], every  # the first step is a warm-up
 
 
 def runnable(config, batch, microbatches, ranks=4):
@@ -150,7 +151,9 @@ def measure_alone_speedup(group, config):
 def worker(config_name, batch, microbatch_counts, steps, repeats):
     """Sweep the layouts `repeats` times (interleaved, so a slow spell of the machine hits
     every layout alike), each sweep measuring the link and the parts first; rank 0 prints one
-    JSON line per link, part and layout and sweep."""
+    JSON line per link, part and layout and sweep. Freed memory stays in each rank, as in
+    `python -m parallel.train` (minitensor.allocator): the steps measured are the job's."""
+    keep_freed_memory()
     group, config = world(), get_config(config_name)
     runs = [(layout, m) for m in microbatch_counts for layout in runnable(config, batch, m, group.size)]
     group_sizes = sorted({size for layout, _ in runs for size in unpack(layout)[:2] if size > 1})
@@ -164,7 +167,7 @@ def worker(config_name, batch, microbatch_counts, steps, repeats):
             if group.rank == 0:
                 print(json.dumps({"parts": [b, tp], "costs": dataclasses.asdict(parts)}), flush=True)
         for layout, m in runs:
-            seconds, memory = run_layout(group, config, layout, batch, m, steps)
+            times, memory = run_layout(group, config, layout, batch, m, steps)
             if group.rank == 0:
-                print(json.dumps({"layout": layout, "microbatches": m, "seconds": seconds, "memory": memory}),
-                      flush=True)
+                print(json.dumps({"layout": layout, "microbatches": m, "seconds": float(np.median(times)),
+                                  "steps": times, "memory": memory}), flush=True)
