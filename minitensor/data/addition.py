@@ -40,10 +40,13 @@ def recommended_config():
     (batch 128 reached its first 100% at 700, 600, 500, 600), so the job takes half the time:
     on this 2-core machine, quiet (one BLAS thread, keep_freed_memory), seed 0 trained in
     32.0 s at batch 64 against 58.2 s at batch 128 (2026-12-03, back to back), and seeds
-    0-3 in 30.3, 28.2, 32.6 and 30.7 s, each to 100%. Two BLAS threads gained little (29.6
+    0-3 in 30.3, 28.2, 32.6 and 30.7 s, each to 100% (later the same day 25.9-27.1 s, and
+    27.8-32.3 s an hour after that: the machine's own speed drifts by ±15%). Seeds 4-7 also
+    end at 100% (first at 700, 700, 550, 500). Two BLAS threads gained little (29.6
     against 32.0 s), so the job keeps one (parallel/train/__main__.py says why).
     Tried and rejected (the steps do not depend on the machine's load, so these were run
-    beside other jobs): batch 32 (seed 0 ended at 81%); batch 64 with 700 steps (seed 0 at
+    beside other jobs): batch 32 (seed 0 ended at 81%); batch 64 with 900 steps (seeds 0-3
+    reach 100%, but seeds 4 and 7 end at 98.5% and 99.9%); with 700 steps (seed 0 at
     19%: the cosine schedule decays before it generalises); 600 steps at batch 128 (seeds 0
     and 3 at 13% and 10%); d_model 64 (seeds 0 and 1 at 13% and 11%); weight decay 1.0 (seeds
     0-2 below 11% after 600 steps); lr 2e-3 (seed 0 at 2% and seed 3 at 16% after 500 of 1000
