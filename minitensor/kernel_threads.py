@@ -1,4 +1,5 @@
-"""Large elementwise kernels split over a small pool of threads.
+"""Work split over a small pool of threads: large elementwise kernels, and stacks of
+small matrix products.
 
 numpy releases the GIL inside a ufunc, so two threads each running a ufunc over half of
 an array use two cores; BLAS does this for matrix products, plain numpy does not. The
@@ -12,13 +13,14 @@ GPT (12.9 M parameters) 294 → 196 ms on two threads; of the small one (0.42 M)
 
 Two kinds of work are served: the flat AdamW update (flat_params), and attention's stacks of
 small matrix products (`stacked_matmul`: each product on one BLAS thread, the stack split
-over the threads). GELU and the softmax forward
-went through here too until a quiet A/B of the medium bench step showed no gain (pool
-on/off 650/658 ms and 743/703 ms, within the ±7% noise): they run whole, as plain numpy.
+over the threads). GELU and the softmax forward went through here too until a quiet A/B of
+the medium bench step showed no gain (pool on/off 650/658 ms and 743/703 ms, within the
+±7% noise): they run whole, as plain numpy.
 
-Only kernels whose every output element depends on the same input elements whatever the
-split (elementwise) go through here, so the result is bitwise the same with and without
-threads. Switch: speed.disabled("kernel_threads").
+Only work whose every output element depends on the same input elements whatever the
+split goes through here: elementwise kernels, and stacks of products each of which one
+thread computes whole on one BLAS thread. So the result is bitwise the same with and
+without threads. Switch: speed.disabled("kernel_threads").
 """
 import contextlib
 import ctypes
@@ -95,13 +97,14 @@ _pool = None  # (executor, threads) once made; (None, 1) when BLAS runs one thre
 
 
 def pool():
-    """(the shared executor or None, the number of threads a kernel is split over)."""
+    """(the shared executor or None, the number of threads a kernel is split over). Made
+    once, under the lock: ranks run as threads may all ask first at the same moment."""
     global _pool
-    if _pool is None:
-        with _single["lock"]:  # inside one_blas_thread the library says 1: count the threads it restores
+    with _single["lock"]:
+        if _pool is None:  # inside one_blas_thread the library says 1: count the threads it restores
             threads = _single["threads"] if _single["users"] else blas_threads()
-        _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1 else None,
-                 threads)
+            _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1
+                     else None, threads)
     return _pool
 
 
@@ -127,19 +130,26 @@ def stacked_matmul(a, b):
 
     numpy calls BLAS once per product of the stack, so a multi-threaded BLAS would wake
     its threads for every small one (see one_blas_thread). Instead the stack is split
-    along its first axis over the kernel threads: numpy releases the GIL inside matmul,
-    so each thread's single-threaded BLAS works on its own core. Every product is the same
+    along its first axis (the batch) over the kernel threads: numpy releases the GIL
+    inside matmul, so each thread's single-threaded BLAS works on its own core. Every product is the same
     one-thread GEMM whichever thread runs it, so the result is bitwise that of one call.
     Measured (quiet 2-core machine): the medium GPT's stacks took 59 ms of a 645 ms step on
     one thread; one (8, 8, 128, 64) @ (8, 8, 64, 128) stack 2.18 ms whole, 1.20 ms split.
-    Below MIN_STACK_FLOPS (the default job's 8-token attention), or with the kernel_threads
-    switch off, one call on one BLAS thread; with single_thread_small_gemms off, one call
-    on BLAS's own threads.
+    One call on one BLAS thread instead: below MIN_STACK_FLOPS (the default job's 8-token
+    attention), for stacks that broadcast or mix dtypes, or with the kernel_threads switch
+    off. One call on BLAS's own threads where the count cannot be set (a BLAS other than
+    OpenBLAS) or with single_thread_small_gemms off.
     """
     with one_blas_thread():
-        flops = 2 * a.size * b.shape[-1]
-        if a.shape[:-2] != b.shape[:-2] or flops < MIN_STACK_FLOPS or not speed.enabled("single_thread_small_gemms"):
+        if not splittable(a, b) or _openblas("set") is None or not speed.enabled("single_thread_small_gemms"):
             return dtypes.matmul(a, b)
         out = np.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
         run_split(lambda lo, hi: dtypes.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]), len(a), min_elements=2)
         return out
+
+
+def splittable(a, b):
+    """True for a stack worth splitting: ≥ 3-D with the same leading shape and dtype, and at
+    least MIN_STACK_FLOPS (2·M·K·N summed over the stack's products)."""
+    return (a.ndim >= 3 and a.shape[:-2] == b.shape[:-2] and a.dtype == b.dtype
+            and 2 * a.size * b.shape[-1] >= MIN_STACK_FLOPS)

@@ -1,10 +1,12 @@
 """The kernel thread pool: the pieces of a split cover [0, n) exactly once, in order within
 each piece, and the switch or a small n runs the kernel whole in the caller."""
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,8 +72,7 @@ def test_a_split_stack_of_products_is_bitwise_one_call(stack, heads, m, k, n, dt
     rng = np.random.default_rng([stack, heads, m, k, n])
     a = rng.standard_normal((stack, heads, m, k)).astype(dtype)
     b = rng.standard_normal((stack, heads, n, k)).astype(dtype).swapaxes(-1, -2)  # a transposed view, as kᵀ
-    with ThreadPoolExecutor(1) as executor, mock.patch.object(kernel_threads, "_pool", (executor, 2)), \
-            mock.patch.object(kernel_threads, "MIN_STACK_FLOPS", 0):
+    with forced_split():
         split = kernel_threads.stacked_matmul(a, b)
     with kernel_threads.one_blas_thread():
         whole = dtypes.matmul(a, b)
@@ -79,6 +80,40 @@ def test_a_split_stack_of_products_is_bitwise_one_call(stack, heads, m, k, n, dt
     np.testing.assert_array_equal(split, whole)
 
 
-def test_a_stack_that_broadcasts_runs_as_one_call():
-    a, b = np.ones((3, 4, 5)), np.ones((1, 5, 2))
-    np.testing.assert_array_equal(kernel_threads.stacked_matmul(a, b), np.matmul(a, b))
+def forced_split():
+    """Every stack split over a two-thread pool, however small: the pool and the threshold
+    patched, whatever this machine's BLAS count."""
+    executor = ThreadPoolExecutor(1)
+    stack = contextlib.ExitStack()
+    stack.callback(executor.shutdown)
+    stack.enter_context(mock.patch.object(kernel_threads, "_pool", (executor, 2)))
+    stack.enter_context(mock.patch.object(kernel_threads, "MIN_STACK_FLOPS", 0))
+    return stack
+
+
+@pytest.mark.parametrize("a_shape, b_shape, a_dtype", [
+    ((3, 4, 5), (1, 5, 2), np.float64),   # b broadcasts over the stack
+    ((6, 5), (5, 2), np.float64),         # no stack: a 2-D product
+    ((6, 5), (5,), np.float64),           # a matrix times a vector
+    ((4, 3, 5), (4, 5, 2), np.float32),   # mixed dtypes: numpy's result dtype, float64
+])
+def test_what_cannot_be_split_runs_as_one_call(a_shape, b_shape, a_dtype):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(a_shape).astype(a_dtype), rng.standard_normal(b_shape)
+    with forced_split():
+        got = kernel_threads.stacked_matmul(a, b)
+    expected = np.matmul(a, b)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_pool_counts_blas_threads_even_when_first_asked_inside_one_blas_thread():
+    """Attention may be the first to ask for the pool, inside one_blas_thread, where the
+    library reports 1 thread: the pool must still count the threads that come back."""
+    threads = kernel_threads.blas_threads()
+    with mock.patch.object(kernel_threads, "_pool", None):
+        with kernel_threads.one_blas_thread():
+            executor, counted = kernel_threads.pool()
+        if executor is not None:
+            executor.shutdown()
+    assert counted == threads
