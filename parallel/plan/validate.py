@@ -9,9 +9,9 @@ that many ranks the config can take (4: dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, 
 ZeRO-1/2/3 and activation-checkpointing variants; 2: dp2, tp2, pp2, dp2 ZeRO-1 and ZeRO-3,
 and dp2, tp2, pp2 with checkpointing), each with every micro-batch count of
 `--microbatches` (a list: 1,2,4), for a few float32 steps of a HybridGPT, in `--repeats`
-interleaved sweeps; a layout's time is the median over sweeps of its median step time (`--statistic fastest`: of its fastest step)
-(slowest rank, after one warm-up step), shown with the sweeps' range, the run-to-run
-noise. Every rank also reports its measured parameter, gradient and optimizer-state bytes.
+interleaved sweeps; a layout's time is the median over sweeps of its median step time
+(`--statistic fastest`: of its fastest step; slowest rank, after one warm-up step), shown
+with the sweeps' range, the run-to-run noise. Every rank also reports its measured parameter, gradient and optimizer-state bytes.
 Each sweep first measures the per-part costs (parallel/plan/parts.py) of every micro-batch
 size and tp the layouts use, on all ranks at once (so the parts share the cores as the
 runs do), and the all-reduce on groups of each size the layouts form, all groups at once
@@ -70,8 +70,9 @@ def sweep_seconds(line, statistic):
     if statistic == "median":
         return line["seconds"]
     if "steps" not in line:
-        raise SystemExit("python -m parallel.plan.validate: --statistic fastest needs each step's time, which files "
-                         "saved before 2026-12-03's fourth session do not hold; use --statistic median")
+        raise SystemExit("python -m parallel.plan.validate: --statistic fastest needs each step's time (\"steps\"), "
+                         "which this file's layouts do not hold (it was saved before they were recorded); "
+                         "use --statistic median")
     return min(line["steps"])
 
 
@@ -120,6 +121,14 @@ def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, rank
     except RuntimeError as error:
         raise SystemExit(f"python -m parallel.plan.validate: {error}") from None
     return [line for line in output.splitlines() if line.startswith("{")]
+
+
+def sweeps_and_steps(lines):
+    """(sweeps, timed steps per layout) of the worker's JSON lines: a link line opens each
+    sweep; the steps are None in files saved before each step's time was recorded."""
+    parsed = [json.loads(line) for line in lines]
+    steps = next((len(line["steps"]) for line in parsed if "steps" in line), None)
+    return sum("link" in line for line in parsed), steps
 
 
 def merge(lines, statistic="median"):
@@ -250,9 +259,10 @@ def main(argv=None):
     results, parts, link = merge(lines, args.statistic)
     config = get_config(args.config)
     cores = os.cpu_count()
+    sweeps, steps = sweeps_and_steps(lines) if args.load else (args.repeats, args.steps)
     print(f"{args.ranks} MPI ranks on {cores} cores{' (oversubscribed)' if args.ranks > cores else ''}, "
-          f"one BLAS thread each; {args.repeats} sweeps of {args.steps} timed steps, a sweep's time of a layout "
-          f"the {args.statistic} of its steps")
+          f"one BLAS thread each; {sweeps} sweeps of {steps or '(unrecorded)'} timed steps, a sweep's time of "
+          f"a layout the {args.statistic} of its steps")
     report_memory(config, results)
     for profile in profiles:
         report_time(config, batch, profile, results, parts, link)

@@ -223,5 +223,6 @@ def test_the_chapters_measurements_are_reported_again_with_either_statistic(rank
     for statistic in ("median", "fastest"):
         assert validate_main(["--load", path, "--ranks", str(ranks), "--statistic", statistic]) == 0
         out = capsys.readouterr().out
-        assert f"the {statistic} of its steps" in out and "simulated: Spearman rho" in out
+        assert f"3 sweeps of 6 timed steps, a sweep's time of a layout the {statistic} of its steps" in out
+        assert "simulated: Spearman rho" in out
         assert sum(line.startswith("dp") for line in out.splitlines()) == 24
