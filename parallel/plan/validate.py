@@ -78,15 +78,18 @@ def sweep_seconds(line, statistic):
 
 def merge_sweeps(lines, statistic="median"):
     """One result per (layout, micro-batches): the median over its sweeps of `sweep_seconds`,
-    and their range."""
+    their range, and how many sweeps and timed steps per sweep there were (steps: None in
+    files saved before each step's time was recorded)."""
     by_layout = {}
     for line in lines:
-        by_layout.setdefault((tuple(line["layout"]), line.get("microbatches")), []).append(
-            {"seconds": sweep_seconds(line, statistic), "memory": line["memory"]})
-    return [{"layout": list(layout), "microbatches": m, "memory": runs[0]["memory"],
-             "seconds": float(np.median([r["seconds"] for r in runs])),
-             "spread": (min(r["seconds"] for r in runs), max(r["seconds"] for r in runs))}
-            for (layout, m), runs in by_layout.items()]
+        by_layout.setdefault((tuple(line["layout"]), line.get("microbatches")), []).append(line)
+    results = []
+    for (layout, m), runs in by_layout.items():
+        seconds = [sweep_seconds(run, statistic) for run in runs]
+        results.append({"layout": list(layout), "microbatches": m, "memory": runs[0]["memory"],
+                        "seconds": float(np.median(seconds)), "spread": (min(seconds), max(seconds)),
+                        "sweeps": len(runs), "steps": len(runs[0]["steps"]) if "steps" in runs[0] else None})
+    return results
 
 
 def merge_parts(lines):
@@ -121,14 +124,6 @@ def measure(config_name, batch, microbatch_counts, steps, repeats, timeout, rank
     except RuntimeError as error:
         raise SystemExit(f"python -m parallel.plan.validate: {error}") from None
     return [line for line in output.splitlines() if line.startswith("{")]
-
-
-def sweeps_and_steps(lines):
-    """(sweeps, timed steps per layout) of the worker's JSON lines: a link line opens each
-    sweep; the steps are None in files saved before each step's time was recorded."""
-    parsed = [json.loads(line) for line in lines]
-    steps = next((len(line["steps"]) for line in parsed if "steps" in line), None)
-    return sum("link" in line for line in parsed), steps
 
 
 def merge(lines, statistic="median"):
@@ -259,10 +254,9 @@ def main(argv=None):
     results, parts, link = merge(lines, args.statistic)
     config = get_config(args.config)
     cores = os.cpu_count()
-    sweeps, steps = sweeps_and_steps(lines) if args.load else (args.repeats, args.steps)
     print(f"{args.ranks} MPI ranks on {cores} cores{' (oversubscribed)' if args.ranks > cores else ''}, "
-          f"one BLAS thread each; {sweeps} sweeps of {steps or '(unrecorded)'} timed steps, a sweep's time of "
-          f"a layout the {args.statistic} of its steps")
+          f"one BLAS thread each; {results[0]['sweeps']} sweeps of {results[0]['steps'] or '(unrecorded)'} timed "
+          f"steps, a sweep's time of a layout the {args.statistic} of its steps")
     report_memory(config, results)
     for profile in profiles:
         report_time(config, batch, profile, results, parts, link)
