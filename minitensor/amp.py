@@ -230,7 +230,10 @@ class MixedPrecision:
 
     def found_inf(self):
         """Unscale the masters' gradients in place; whether any rank of `groups` saw an inf/nan."""
-        grads = self.sharded_grads() if self.sharded_grads is not None else [m.grad for m in self.masters if m.grad is not None]
+        if self.sharded_grads is not None:
+            grads = self.sharded_grads()
+        else:
+            grads = [m.grad for m in self.masters if m.grad is not None]
         found = self.scaler.unscale_(grads)
         flag = np.array([found], dtype=np.int64)
         for group in self.groups:  # after tp, pp and dp, every rank of the mesh has the world's MAX

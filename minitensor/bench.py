@@ -167,7 +167,8 @@ def time_steps(step, other, steps, warmup, rounds=4, probe=None):
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
             step()
-        times.append([]), matmul.append([])
+        times.append([])
+        matmul.append([])
         for _ in range(block):
             with matmul_timer() as inside:
                 start = time.perf_counter()

@@ -122,8 +122,9 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
     parameters: the gradient reduction, and ZeRO's parameter all-gathers."""
     p, m, replicas = layout.pp, layout.micro_batches, layout.dp * layout.cp
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, replicas)
-    stage = max(range(p), key=lambda i: param_count(config, layout.tp, p, i, balance))
-    count = param_count(config, layout.tp, p, stage, balance)
+    counts = [param_count(config, layout.tp, p, i, balance) for i in range(p)]
+    stage = max(range(p), key=counts.__getitem__)  # the first of the largest stages
+    count = counts[stage]
     grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
     # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
     gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
@@ -132,8 +133,8 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
                    + all_gather(replicas, grad_bytes, dp_alpha, dp_beta))
         dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
     elif layout.zero:
-        dp_time = all_gather(replicas, grad_bytes, dp_alpha, dp_beta) + all_gather(replicas, gather_bytes, dp_alpha,
-                                                                                    dp_beta)
+        dp_time = (all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
+                   + all_gather(replicas, gather_bytes, dp_alpha, dp_beta))
         dp_how = "reduce-scatter + all-gather"
     else:
         dp_time, dp_how = dp_communication(
