@@ -100,11 +100,12 @@ def pool():
     """(the shared executor or None, the number of threads a kernel is split over). Made
     once, under the lock: ranks run as threads may all ask first at the same moment."""
     global _pool
-    with _single["lock"]:
-        if _pool is None:  # inside one_blas_thread the library says 1: count the threads it restores
-            threads = _single["threads"] if _single["users"] else blas_threads()
-            _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1
-                     else None, threads)
+    if _pool is None:  # checked again under the lock; every later call reads it without one
+        with _single["lock"]:
+            if _pool is None:  # inside one_blas_thread the library says 1: count the threads it restores
+                threads = _single["threads"] if _single["users"] else blas_threads()
+                _pool = (ThreadPoolExecutor(threads - 1, thread_name_prefix="minitensor-kernel") if threads > 1
+                         else None, threads)
     return _pool
 
 
