@@ -25,29 +25,28 @@ Peak memory: the largest increase of the process's resident memory over one step
 same measure for both libraries; "-" where /proc is not there.
 """
 import argparse
-import ctypes
-import ctypes.util
 import statistics
 import time
-from contextlib import contextmanager
 
 import numpy as np
 
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
+from minitensor.bench_graph import graph_main
+from minitensor.bench_timing import (
+    CONFIGS,
+    every_step,
+    mib,
+    paired_ratio,
+    peak_step_bytes,
+    random_batch,
+    time_steps,
+    training_step,
+)
 from minitensor.bench_torch import torch_step
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from minitensor.kernel_threads import blas_threads
-from minitensor.models.gpt import GPT, GPTConfig
-from minitensor.nn import functional as F
-from minitensor.ops import MatMul
-from minitensor.optim import AdamW
-
-CONFIGS = {
-    "small": (GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128), 16),
-    "medium": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512), 8),
-}
-
+from minitensor.models.gpt import GPT
 
 GEMM_SIZE = 1024
 
@@ -74,136 +73,11 @@ def gemm_probe():
     return probe
 
 
-def _status_kib(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
-
-
-def peak_step_bytes(step):
-    """The largest resident-memory increase over one call of `step`, or None without /proc.
-
-    Freed memory goes back to the OS first (malloc_trim), so the step's arrays must be
-    faulted in again and count, whatever the allocator kept from earlier steps."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-        before = _status_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")  # reset VmHWM (the peak) to the current resident size
-        step()
-        return 1024 * (_status_kib("VmHWM") - before)
-    except (OSError, AttributeError, StopIteration):
-        return None
-
-
-@contextmanager
-def matmul_timer():
-    """Wrap the forward and backward of the matrix-product Functions with a clock.
-
-    Yields a one-element list holding the seconds spent inside them so far. The
-    wrappers exist only inside the `with` block, so an ordinary run pays nothing.
-    """
-    total = [0.0]
-    originals = {}
-
-    def timed(method):
-        def wrapper(self, *args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                total[0] += time.perf_counter() - start
-        return wrapper
-
-    for cls in (MatMul, F.Linear):
-        for name in ("forward", "backward"):
-            originals[cls, name] = cls.__dict__[name]
-            setattr(cls, name, timed(originals[cls, name]))
-    try:
-        yield total
-    finally:
-        for (cls, name), method in originals.items():
-            setattr(cls, name, method)
-
-
-def random_batch(config, batch, seed=0):
-    rng = np.random.default_rng(seed)
-    shape = (batch, config.block_size)
-    return rng.integers(0, config.vocab_size, shape), rng.integers(0, config.vocab_size, shape)
-
-
 def minitensor_step(config, batch):
     """A function that runs one training step of a fresh GPT on a fixed random batch."""
     mt.manual_seed(0)
     model = GPT(config)
     return training_step(model, model, *random_batch(config, batch))
-
-
-def training_step(model, forward, idx, targets):
-    """A function that runs one AdamW step of `model`'s parameters, the loss from
-    `forward(idx, targets) -> (logits, loss)` (the model itself, or its traced graph)."""
-    optimizer = AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        optimizer.zero_grad()
-        _, loss = forward(idx, targets)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
-def time_steps(step, other, steps, warmup, rounds=4, probe=None):
-    """Seconds per step of `step` and its seconds inside matmuls, seconds per step of
-    `other` (or None), each a list of rounds (a list of steps each), and the seconds of
-    `probe()` called once per round (or []).
-
-    The two run in alternating blocks of steps/rounds steps, each block after `warmup`
-    untimed steps: a busy machine slows both alike, while within a block each library's
-    thread pool is already awake (switching every step would make each wait for the
-    other's spinning threads). The two blocks of a round, back to back, feed `paired_ratio`.
-    """
-    times, matmul, other_times, probes = [], [], [], []
-    for r in range(rounds):
-        block = steps // rounds + (r < steps % rounds)
-        for _ in range(warmup):
-            step()
-        times.append([])
-        matmul.append([])
-        for _ in range(block):
-            with matmul_timer() as inside:
-                start = time.perf_counter()
-                step()
-                times[-1].append(time.perf_counter() - start)
-            matmul[-1].append(inside[0])
-        if probe:  # here, not after torch's block: its OpenMP threads spin on after it, sharing the cores
-            probes.append(probe())
-        if other:
-            for _ in range(warmup):
-                other()
-            other_times.append([])
-            for _ in range(block):
-                start = time.perf_counter()
-                other()
-                other_times[-1].append(time.perf_counter() - start)
-    return times, matmul, (other_times if other else None), probes
-
-
-def every_step(rounds):
-    """The steps of all rounds, in one list."""
-    return [seconds for steps in rounds for seconds in steps]
-
-
-def paired_ratio(rounds, other_rounds):
-    """Median over rounds of (this round's median step / the other's median step in the same
-    round). The two blocks of a round ran back to back, so a change of the machine's own
-    speed between rounds (±10% over minutes here) divides out, where a ratio of the two
-    overall medians would keep it."""
-    return statistics.median(statistics.median(mine) / statistics.median(theirs)
-                             for mine, theirs in zip(rounds, other_rounds) if mine and theirs)
-
-
-def mib(nbytes):
-    return "-" if nbytes is None else f"{nbytes / 2**20:.0f}"
 
 
 def main(argv=None):
@@ -219,7 +93,6 @@ def main(argv=None):
     args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
     kept = not args.release_memory and keep_freed_memory()
     if args.graph:
-        from minitensor.bench_graph import graph_main
         return graph_main(args, kept)
     threads = blas_threads()
     probe = gemm_probe()

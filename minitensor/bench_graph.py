@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 
 import minitensor as mt
-from minitensor import bench, graph
+from minitensor import bench_timing, graph
 from minitensor.graph.ir import LEAF_OPS
 from minitensor.graph.passes import DEFAULT_PASSES, fuse_qkv
 from minitensor.models.gpt import GPT
@@ -26,11 +26,11 @@ def graph_step(config, batch, rewrite):
     GraphModule, its first loss)."""
     mt.manual_seed(0)
     model = GPT(config)
-    idx, targets = bench.random_batch(config, batch)
+    idx, targets = bench_timing.random_batch(config, batch)
     gm = graph.trace(model.forward, idx, targets)
     if rewrite:
         gm = gm.transform(*DEFAULT_PASSES)
-    step = bench.training_step(model, gm, idx, targets)
+    step = bench_timing.training_step(model, gm, idx, targets)
     return step, gm, gm(idx, targets)[1].item()
 
 
@@ -48,7 +48,7 @@ def graph_main(args, kept):
 
 def compare(name, args, kept):
     """Print the before → after table, the ops changed, the losses and the step times."""
-    config, batch = bench.CONFIGS[name]
+    config, batch = bench_timing.CONFIGS[name]
     before_step, before, loss = graph_step(config, batch, rewrite=False)
     after_step, after, loss_after = graph_step(config, batch, rewrite=True)
     print(f"graph rewrites on the {name} GPT (batch {batch}, T {config.block_size}, float32), passes: "
@@ -65,13 +65,13 @@ def compare(name, args, kept):
               f"it would move {forced['bytes_moved'] - totals[0]['bytes_moved']:+,} bytes (copying the weights "
               f"costs more than reading x once instead of three times)")
     print(f"loss before {loss:.7f} after {loss_after:.7f} (|difference| {abs(loss - loss_after):.1e})")
-    rounds, _, rounds_after, _ = bench.time_steps(before_step, after_step, args.steps, args.warmup)
-    times, times_after = bench.every_step(rounds), bench.every_step(rounds_after)
+    rounds, _, rounds_after, _ = bench_timing.time_steps(before_step, after_step, args.steps, args.warmup)
+    times, times_after = bench_timing.every_step(rounds), bench_timing.every_step(rounds_after)
     ms = [1e3 * statistics.median(t) for t in (times, times_after)]
-    peaks = [bench.peak_step_bytes(s) for s in (before_step, after_step)]
+    peaks = [bench_timing.peak_step_bytes(s) for s in (before_step, after_step)]
     print(f"step time (median of {args.steps}, alternating blocks; freed memory "
           f"{'kept' if kept else 'released'}): before {ms[0]:.1f} ms, after {ms[1]:.1f} ms, "
-          f"ratio {bench.paired_ratio(rounds_after, rounds):.3f}x; peak step memory before {bench.mib(peaks[0])} MiB, "
-          f"after {bench.mib(peaks[1])} MiB")
+          f"ratio {bench_timing.paired_ratio(rounds_after, rounds):.3f}x; peak step memory before {bench_timing.mib(peaks[0])} MiB, "
+          f"after {bench_timing.mib(peaks[1])} MiB")
     spread = [np.subtract(*np.percentile(t, [75, 25])) * 1e3 for t in (times, times_after)]
     print(f"run-to-run spread (interquartile range): before {spread[0]:.1f} ms, after {spread[1]:.1f} ms\n")

@@ -4,8 +4,7 @@ from .launch import limit_blas_threads
 limit_blas_threads()  # must run before numpy is imported below
 
 from .comm import Group, run_threads, world  # noqa: E402
-from .data_parallel import DataParallel  # noqa: E402
-from .fsdp import FullyShardedDataParallel  # noqa: E402
+from .data_parallel import DataParallel, FullyShardedDataParallel, ZeroOptimizer  # noqa: E402
 from .hybrid import HybridGPT  # noqa: E402
 from .mesh import Mesh  # noqa: E402
 from .pipeline import Pipeline, PipelineStage  # noqa: E402
@@ -20,7 +19,6 @@ from .tensor_parallel import (  # noqa: E402
     VocabParallelEmbedding,
     vocab_parallel_cross_entropy,
 )
-from .zero import ZeroOptimizer  # noqa: E402
 
 __all__ = ["Group", "run_threads", "world", "Mesh"]
 __all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",

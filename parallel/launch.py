@@ -73,16 +73,6 @@ def rank_arguments(description, default_threads=2):
     return parser
 
 
-def run_on_ranks(threads, fn, *args):
-    """Run fn(*args) on every rank: once per MPI process under mpiexec, else on
-    `threads` threads of this process (parallel.run_threads). Returns this process's results."""
-    if launched_by_mpiexec():
-        return [fn(*args)]
-    from .comm import run_threads  # numpy loads only after limit_blas_threads() has run
-
-    return run_threads(threads, fn, *args)
-
-
 def run_on_mpi_ranks(n, module, *args, timeout=None):
     """`mpiexec -n N python -m mpi4py -m MODULE ARGS...`, one BLAS thread per rank and this
     checkout importable; returns the job's stdout. Benchmarks and the planner's calibration

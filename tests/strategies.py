@@ -143,7 +143,7 @@ def context_parallel_layouts(draw, max_world=8):
     return dict(layout=layout, config=config, micro_batch=draw(st.integers(1, 2)), seq=seq)
 
 
-# --- parallel.fully_sharded (ZeRO stages in 3D) -------------------------------------
+# --- parallel.data_parallel.fully_sharded (ZeRO stages in 3D) -------------------------------------
 
 @st.composite
 def zero_layouts(draw, max_world=8):
@@ -153,7 +153,7 @@ def zero_layouts(draw, max_world=8):
     return dict(drawn, layout=layout)
 
 
-# --- parallel.comm.link and parallel.comm_hooks ------------------------------------
+# --- parallel.comm.link and parallel.data_parallel.comm_hooks ------------------------------------
 
 # (α seconds per message, β seconds per byte) of a simulated link, small enough to keep tests fast.
 link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.0, 1e-10, 1e-9]))

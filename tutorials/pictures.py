@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 import parallel  # noqa: E402,F401  (first of the project's imports: one BLAS thread per rank)
 from minitensor.data import recommended_config  # noqa: E402
-from parallel.launch import run_on_ranks  # noqa: E402
+from parallel.comm import run_on_ranks  # noqa: E402
 from parallel.mesh import rank_of  # noqa: E402
 from parallel.pipeline.timeline import LETTERS  # noqa: E402
 

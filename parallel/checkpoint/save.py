@@ -14,8 +14,8 @@ same CheckpointError, rank 0 removes step_000123.tmp, and `latest` stays where i
 Each file holds `param/<name>` (the rank's local array), `exp_avg/<name>` and
 `exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO)
 and `rng` (its random generators as JSON), `comm_hook/<key>` (the dp communication
-hook's error feedback and PowerSGD's Q, parallel.comm_hooks: per rank and bucket) and
-`outer/<key>` (local SGD's outer optimizer, parallel.local_sgd). dp replicas write identical
+hook's error feedback and PowerSGD's Q, parallel.data_parallel.comm_hooks: per rank and bucket) and
+`outer/<key>` (local SGD's outer optimizer, parallel.data_parallel.local_sgd). dp replicas write identical
 parameters (every file describes its whole rank); the loader reads dp rank 0's. Under local
 SGD they differ between outer steps: every replica writes its own parameters and AdamW
 moments, the manifest's optimizer.outer says so, and each replica loads its own back.

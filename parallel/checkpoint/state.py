@@ -1,6 +1,6 @@
 """A rank's training state as arrays by single-device name, and back.
 
-The checkpoint never asks which kind of parallel model it holds (parallel.model's
+The checkpoint never asks which kind of parallel model it holds (parallel.hybrid.parallel_model's
 `ParallelModel` interface: named_parameters, named_modules, optimizer); it needs only
 
     parameters     name -> Parameter (single-device names; a tp shard is described by
@@ -12,8 +12,8 @@ The checkpoint never asks which kind of parallel model it holds (parallel.model'
                    the dp group's concatenated parameters: both are mapped to names here
                    (a ZeRO chunk gives each name a flat element range [lo, hi))
     rank states    what one rank holds for itself, restored in the same layout only
-                   (RANK_STATES): the dp gradient compressor's state (parallel.comm_hooks,
-                   per bucket) and local SGD's outer optimizer (parallel.local_sgd: the
+                   (RANK_STATES): the dp gradient compressor's state (parallel.data_parallel.comm_hooks,
+                   per bucket) and local SGD's outer optimizer (parallel.data_parallel.local_sgd: the
                    anchor, the Nesterov buffer, the inner steps since the last outer step)
     generators     every numpy Generator the model's modules draw dropout masks from,
                    plus minitensor's default generator, by where they were found
@@ -27,7 +27,7 @@ from minitensor import nn
 from minitensor.optim import AdamW
 from minitensor.random import default_generator
 
-from ..zero import ZeroOptimizer
+from ..data_parallel.zero import ZeroOptimizer
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 # Per-rank states: the prefix of their arrays in a shard file -> the model's attribute that

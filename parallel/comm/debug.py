@@ -17,7 +17,7 @@ doubles the time of a collective; see README.md for the measurement.
 """
 import numpy as np
 
-from .group import REDUCE_UFUNCS, SUPPORTED_DTYPES, check_same_call
+from .checks import REDUCE_UFUNCS, SUPPORTED_DTYPES, check_same_call
 from .request import Request
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "split")

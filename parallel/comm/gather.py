@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from .group import SUPPORTED_DTYPES
+from .checks import SUPPORTED_DTYPES
 
 
 def describe(dtype, shape):

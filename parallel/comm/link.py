@@ -29,7 +29,7 @@ Per kind of operation the group records (`link_stats()`):
 import math
 import time
 
-from ..plan.cost import all_gather, ring_all_reduce, send_recv
+from ..alpha_beta import all_gather, ring_all_reduce, send_recv
 from .group import Group
 from .request import Pending
 

@@ -35,9 +35,10 @@ from mpi4py import MPI
 
 from minitensor.dtypes import bfloat16
 
+from .checks import check_message
 from .debug import check_calls_agree
 from .gather import describe, read_description
-from .group import Group, check_message
+from .group import Group
 from .request import Pending
 
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}

@@ -20,7 +20,7 @@ the ring neither double-counts in the stats nor matches a user's messages.
 """
 import numpy as np
 
-from .group import REDUCE_UFUNCS, RING_TAG
+from .checks import REDUCE_UFUNCS, RING_TAG
 from .request import Request
 
 

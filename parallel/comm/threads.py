@@ -1,8 +1,7 @@
 """The threads backend: N ranks as N threads of one process.
 
-All groups of one `run_threads` world share one condition variable (`_World`);
-every state change happens under it and wakes the waiters. That makes these
-guarantees cheap to keep:
+All groups of one `run_threads` world share one condition variable (`_World`); every state
+change happens under it and wakes the waiters. That makes these guarantees cheap to keep:
 
 * an exception on any rank is recorded and every waiting rank raises
   `CommAborted` at once, so `run_threads` re-raises the original exception;
@@ -26,7 +25,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from .group import REDUCE_UFUNCS, Group, check_message, check_same_call
+from .checks import REDUCE_UFUNCS, check_message, check_same_call
+from .group import Group
 from .request import Pending
 
 POLL_SECONDS = 0.1  # waits wake at least this often (Ctrl-C, deadlines); a change wakes them at once

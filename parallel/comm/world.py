@@ -1,8 +1,10 @@
-"""`world()`: the group of every rank in this run, whichever way it was launched."""
+"""`world()`: the group of every rank in this run, whichever way it was launched; and
+`run_on_ranks`, which runs a function on every rank of either launch."""
 import sys
 
 from .. import launch
 from . import threads
+from .threads import run_threads
 
 _mpi_world = None
 _single_world = None
@@ -31,3 +33,11 @@ def _find_world():
     if _single_world is None:
         _single_world = threads.single_rank_group()
     return _single_world
+
+
+def run_on_ranks(threads, fn, *args):
+    """Run fn(*args) on every rank: once per MPI process under mpiexec, else on
+    `threads` threads of this process (parallel.run_threads). Returns this process's results."""
+    if launch.launched_by_mpiexec():
+        return [fn(*args)]
+    return run_threads(threads, fn, *args)

@@ -2,7 +2,8 @@
 from .checker import ScheduleDeadlockError, ScheduleError, ScheduleReport, check_schedule, simulate
 from .executor import Pipeline
 from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
-from .schedules import Action, get_schedule, gpipe, interleaved, one_f_one_b, rank_and_chunk, stage_of
+from .registry import SCHEDULES, get_schedule
+from .schedules import Action, gpipe, interleaved, one_f_one_b, rank_and_chunk, stage_of
 from .stage import PipelineStage
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
 from .zero_bubble import zb_h1, zb_h2
@@ -20,6 +21,7 @@ __all__ = [
     "split_gpt",
     "stages_for_rank",
     "Action",
+    "SCHEDULES",
     "get_schedule",
     "gpipe",
     "interleaved",

@@ -42,11 +42,12 @@ from minitensor.dtypes import is_floating
 from minitensor.split_backward import WeightGradStore, backward_input
 from minitensor.tensor import Tensor
 
+from ..comm.checks import TAG_UB
 from ..comm.gather import gather_named_arrays
-from ..comm.group import TAG_UB
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
-from .schedules import get_schedule, stage_of
+from .registry import get_schedule
+from .schedules import stage_of
 from .timeline import Event, Timeline, all_gather_events, bubble_theory
 
 

@@ -61,7 +61,6 @@ from dataclasses import dataclass
 
 COMPUTE_KINDS = ("forward", "backward", "backward_input", "backward_weight")
 KINDS = ("recv_fwd", "forward", "send_fwd", "recv_bwd", "backward", "send_bwd", "backward_input", "backward_weight")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
 # Relative costs used only to order the communication (a backward computes
 # two matrix products per forward one, B and W one each); any positive costs
 # give valid lists.
@@ -162,20 +161,6 @@ def interleaved(p, m, v):
                                       warmup=min((p - r - 1) * 2 + (v - 1) * p, m * v))
               for r in range(p)]
     return _place_communication(orders, p, v)
-
-
-def get_schedule(name, p, m, v=1):
-    """The schedule called `name` (one of SCHEDULES)."""
-    from .zero_bubble import zb_h1, zb_h2  # here, not at the top: zero_bubble builds on this module
-
-    if name == "interleaved":
-        return interleaved(p, m, v)
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {name!r}; choose one of {SCHEDULES}")
-    if v != 1:
-        raise ValueError(f"schedule {name!r} runs one model chunk per rank, got v={v}; "
-                         f"use 'interleaved' for v > 1")
-    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2}[name](p, m)
 
 
 def _check_sizes(p, m, v):

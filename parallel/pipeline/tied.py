@@ -11,7 +11,7 @@ After backward the two copies' gradients are all-reduced over the "embedding gro
 first and the last pp rank of each (dp, tp, cp) cell (Megatron-LM's embedding group); both
 then hold the full gradient, take the same optimizer step and stay equal.
 """
-from ..reducer import Reducer
+from ..data_parallel.reducer import Reducer
 
 
 def embedding_group(mesh):

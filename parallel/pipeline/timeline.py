@@ -28,7 +28,7 @@ from ..comm.gather import all_gather_ragged
 from .schedules import COMPUTE_KINDS, KINDS
 
 # Events of a step: the schedule's actions, and the dp gradient buckets' communication
-# (from the bucket's start until the reducer has its result; parallel.reducer's spans).
+# (from the bucket's start until the reducer has its result; parallel.data_parallel.reducer's spans).
 EVENT_KINDS = KINDS + ("dp_bucket",)
 
 

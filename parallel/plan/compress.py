@@ -1,5 +1,5 @@
-"""The dp communication of a step under gradient compression or local SGD (parallel.comm_hooks,
-parallel.local_sgd), in the cost model's α–β terms; b bytes per gradient element, n = dp:
+"""The dp communication of a step under gradient compression or local SGD (parallel.data_parallel.comm_hooks,
+parallel.data_parallel.local_sgd), in the cost model's α–β terms; b bytes per gradient element, n = dp:
 
     none        ring all-reduce of the P gradient elements                2(n−1)(α + P·b/n·β)
     powersgd:r  ring all-reduces of the uncompressed elements, of Σ m·r and of Σ k·r
@@ -15,7 +15,7 @@ import math
 
 from minitensor.models.bert import BertConfig
 
-from ..comm_hooks import make_hook
+from ..data_parallel.comm_hooks import make_hook
 from ..tensor_parallel.sharding import padded_size
 from .model import check_tp, stage_layers
 

@@ -37,6 +37,7 @@ graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field
 
+from ..alpha_beta import all_gather, ring_all_reduce, send_recv
 from ..context_parallel.layout import ring_elements
 from .compress import dp_time as dp_communication
 from .compress import stage_matrices
@@ -44,25 +45,6 @@ from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
 from .model import param_count, stage_layers
 from .profiles import load_profile, peak_flops
-
-
-def ring_all_reduce(n, nbytes, alpha, beta):
-    # exercise 10.1: the α–β cost of a ring
-    # hint: 2(n − 1) steps, each one message (α) of nbytes/n bytes (β per byte): reduce-scatter, then all-gather.
-    return 2 * (n - 1) * (alpha + nbytes / n * beta)
-    # end exercise
-
-
-def all_gather(n, nbytes, alpha, beta):
-    """Also the cost of a reduce-scatter of the same total size."""
-    # exercise 10.1: the α–β cost of a ring
-    # hint: one phase of the ring: n − 1 steps of nbytes/n bytes.
-    return (n - 1) * (alpha + nbytes / n * beta)
-    # end exercise
-
-
-def send_recv(nbytes, alpha, beta):
-    return alpha + nbytes * beta
 
 
 def link(profile, stride, size):

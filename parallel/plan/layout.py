@@ -10,7 +10,7 @@ import numpy as np
 from minitensor.amp import POLICIES, PrecisionPolicy, precision_policy
 
 from ..mesh import coords_of
-from ..pipeline.schedules import SCHEDULES as PIPELINE_SCHEDULES
+from ..pipeline.registry import SCHEDULES as PIPELINE_SCHEDULES
 
 # The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks).
 SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s != "interleaved")

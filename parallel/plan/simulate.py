@@ -25,8 +25,9 @@ what these kernels take here.
 """
 from dataclasses import dataclass
 
-from ..pipeline.schedules import get_schedule
-from .cost import dp_seconds, link, ring_all_reduce, send_recv
+from ..alpha_beta import ring_all_reduce, send_recv
+from ..pipeline.registry import get_schedule
+from .cost import dp_seconds, link
 from .layout import get_precision
 from .memory import micro_batch_size
 from .model import param_count, stage_layers

@@ -126,7 +126,7 @@ def all_reduce_seconds(group, nbytes, repeats):
 def measure_collectives(group, sizes, large=16 * 2**20):
     """{n: {"alpha_us", "bandwidth_gbps"}} for each group size n in `sizes`: the world split
     into groups of n consecutive ranks, all reducing at once, an 8-byte and a `large` all-reduce
-    (the slowest group's median) fitted to the ring's 2(n − 1)(α + bytes/n · β) (cost.ring_all_reduce)."""
+    (the slowest group's median) fitted to the ring's 2(n − 1)(α + bytes/n · β) (alpha_beta.ring_all_reduce)."""
     figures = {}
     for n in sizes:
         sub = group.split(group.rank // n)

@@ -13,7 +13,7 @@ import numpy as np
 
 from minitensor import nn
 
-from ..reducer import Reducer
+from ..data_parallel.reducer import Reducer
 
 
 def divide(numerator, group, what):

@@ -1,10 +1,10 @@
 """`python -m parallel.train --async-staleness S`: the addition (or text) task trained by an
-asynchronous parameter server (parallel.parameter_server): rank 0 the server, ranks
+asynchronous parameter server (parallel.data_parallel.parameter_server): rank 0 the server, ranks
 1..dp the workers, each taking its rows of the global batch; world = dp + 1 ranks.
 
 The server's optimizer is the job's AdamW with its learning-rate schedule, so S = 0 is
 the synchronous data-parallel run of the same flags. Which parameter version each worker
-computes on is scripted from --seed (parallel.parameter_server.scripted_delays)."""
+computes on is scripted from --seed (parallel.data_parallel.parameter_server.scripted_delays)."""
 import numpy as np
 
 import minitensor as mt
@@ -12,7 +12,7 @@ from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 
 from ..comm.link import with_link
-from ..parameter_server import describe_roles, run_parameter_server, scripted_delays, staleness_schedule
+from ..data_parallel.parameter_server import describe_roles, run_parameter_server, scripted_delays, staleness_schedule
 from .errors import configure_world
 from .task import evaluate, global_batch, make_task
 

@@ -11,10 +11,10 @@ from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
 from ..comm.link import LINKS
-from ..comm_hooks import METHODS
 from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
-from ..pipeline.schedules import SCHEDULES
+from ..data_parallel.comm_hooks import METHODS
+from ..pipeline.registry import SCHEDULES
 from .errors import configure_world, seconds
 from .flag_checks import check_args
 from .loop import TrainingStopped, train
@@ -89,7 +89,7 @@ def build_parser():
     layout.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, default="p2p",
                         help="cp attention: p2p = ring attention, a2a = Ulysses all-to-alls (heads/tp divisible by cp)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
-    comm = p.add_argument_group("communication (parallel.comm.link, parallel.comm_hooks, parallel.local_sgd)")
+    comm = p.add_argument_group("communication (parallel.comm.link, parallel.data_parallel.comm_hooks, parallel.data_parallel.local_sgd)")
     comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
                       "the link's α–β time (" + ", ".join(LINKS) + "; or α s/message,β s/byte)")
     comm.add_argument("--compress", default="none", metavar="|".join(METHODS),

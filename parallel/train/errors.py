@@ -27,7 +27,7 @@ import time
 import traceback
 
 from ..comm import CommTimeout, world
-from ..comm.group import check_timeout, default_debug, default_timeout
+from ..comm.checks import check_timeout, default_debug, default_timeout
 
 USER_ERRORS = (ValueError, OSError, CommTimeout)
 REPORT_DELAY_S = 5.0  # only spent when rank 0 did not fail: its abort ends the others first

@@ -4,8 +4,8 @@ from minitensor.amp import precision_policy
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 from ..comm.link import parse_link
-from ..comm_hooks import make_hook
 from ..context_parallel import check_sequence_length
+from ..data_parallel.comm_hooks import make_hook
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check"), AT_LEAST_1),
@@ -97,7 +97,7 @@ def check_communication_args(args):
             raise ValueError(f"{flag} acts on the communication over dp, but --dp is 1")
         if on and args.check:
             raise ValueError(f"{flag} changes the mathematics on purpose, so --check's single-device reference "
-                             f"does not apply (its exact references are tests/parallel/test_comm_hooks.py and "
+                             f"does not apply (its exact references are tests/parallel/data_parallel/test_comm_hooks.py and "
                              f"test_local_sgd.py)")
 
 

@@ -14,7 +14,7 @@ from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm.link import parse_link, with_link
-from ..comm_hooks import make_hook
+from ..data_parallel.comm_hooks import make_hook
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minitensor as mt
-from minitensor import bench
+from minitensor import bench, bench_timing
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
 
@@ -18,13 +18,15 @@ TICK = 1e-3
 @pytest.fixture
 def ticking_clock(monkeypatch):
     ticks = itertools.count()
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) * TICK))
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) * TICK)
+    for module in (bench, bench_timing):  # one clock for the probe (bench) and the timed steps (bench_timing)
+        monkeypatch.setattr(module, "time", clock)
 
 
 def test_matmul_timer_counts_linear_and_matmul_and_then_unwraps_them(ticking_clock):
     originals = {(cls, n): cls.__dict__[n] for cls in (MatMul, F.Linear) for n in ("forward", "backward")}
     x = mt.tensor(np.ones((64, 64)), requires_grad=True)
-    with bench.matmul_timer() as inside:
+    with bench_timing.matmul_timer() as inside:
         F.linear(x @ x, x).sum().backward()
         assert all(cls.__dict__[n] is not fn for (cls, n), fn in originals.items())
     # one tick inside each of MatMul.forward, Linear.forward, Linear.backward, MatMul.backward
@@ -58,7 +60,7 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
 
 def test_peak_step_bytes_sees_an_array_the_step_touches():
     nbytes = 64 * 2**20
-    peak = bench.peak_step_bytes(lambda: np.ones(nbytes // 8))
+    peak = bench_timing.peak_step_bytes(lambda: np.ones(nbytes // 8))
     if peak is not None:  # Linux: the 64 MiB array was resident at the peak
         assert peak >= 0.9 * nbytes
 
@@ -69,6 +71,6 @@ def test_the_paired_ratio_divides_out_a_slow_round():
     overall medians (0.9 / 1.0) lets the slow round move the medians instead."""
     mine = [[0.8, 0.8], [1.6, 1.6], [0.9, 0.9]]
     theirs = [[1.0, 1.0], [2.0, 2.0], [1.0, 1.0]]
-    assert bench.paired_ratio(mine, theirs) == pytest.approx(0.8)
-    assert bench.every_step(mine) == [0.8, 0.8, 1.6, 1.6, 0.9, 0.9]
-    assert np.median(bench.every_step(mine)) / np.median(bench.every_step(theirs)) == pytest.approx(0.9)
+    assert bench_timing.paired_ratio(mine, theirs) == pytest.approx(0.8)
+    assert bench_timing.every_step(mine) == [0.8, 0.8, 1.6, 1.6, 0.9, 0.9]
+    assert np.median(bench_timing.every_step(mine)) / np.median(bench_timing.every_step(theirs)) == pytest.approx(0.9)

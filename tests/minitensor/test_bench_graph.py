@@ -2,7 +2,7 @@
 the graphs' totals, the rewrites it names happened, and the loss is unchanged."""
 import numpy as np
 
-from minitensor import bench
+from minitensor import bench, bench_timing
 from minitensor.bench_graph import graph_step
 from minitensor.models.gpt import GPTConfig
 
@@ -10,7 +10,7 @@ TINY = GPTConfig(vocab_size=32, block_size=16, n_layer=1, n_head=2, d_model=16),
 
 
 def test_graph_mode_prints_the_totals_before_and_after_the_passes(capsys, monkeypatch):
-    monkeypatch.setitem(bench.CONFIGS, "small", TINY)
+    monkeypatch.setitem(bench_timing.CONFIGS, "small", TINY)
     bench.main(["--graph", "--steps", "1", "--warmup", "0", "--release-memory", "--configs", "small"])
     lines = capsys.readouterr().out.strip().splitlines()
     rows = {line[:20].strip(): line[20:].split() for line in lines[2:6]}

@@ -70,4 +70,4 @@ if __name__ == "__main__":
                         help="the backend's own all-reduce, or the from-scratch ring (default builtin)")
     parser.add_argument("--max-kib", type=int, default=16 * 1024, help="largest buffer in KiB (default 16384)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

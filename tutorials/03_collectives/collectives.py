@@ -75,4 +75,4 @@ def main(args):
 if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

@@ -108,4 +108,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--elements", type=int, default=120_000, help="buffer size for the check (default 120000)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

@@ -96,4 +96,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--bucket-kib", type=float, default=48, help="bucket size in KiB (default 48)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

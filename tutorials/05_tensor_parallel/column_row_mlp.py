@@ -18,7 +18,8 @@ import minitensor as mt
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import ColumnParallelLinear, RowParallelLinear
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.tensor_parallel import full_grads
 
 D_MODEL, HIDDEN = 4, 8          # small enough to draw; the MLP maps 4 -> 8 -> 4

@@ -17,7 +17,8 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models.gpt import GPTConfig, SelfAttention
 from parallel import ParallelSelfAttention
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.tensor_parallel import full_grads
 
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=4, d_model=8)

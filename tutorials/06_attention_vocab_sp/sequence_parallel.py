@@ -19,7 +19,8 @@ import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
 from parallel import ParallelBlock, TensorParallelGPT
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.pipeline.memory import activation_bytes
 from parallel.tensor_parallel import all_reduce_partial_grads, full_grads
 

@@ -19,7 +19,8 @@ import minitensor as mt
 from minitensor import nn
 from minitensor.nn import functional as F
 from parallel import VocabParallelEmbedding, vocab_parallel_cross_entropy
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.tensor_parallel.sharding import gather, shard
 
 VOCAB, D_MODEL = 10, 3

@@ -21,7 +21,8 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.pipeline import Timeline, bubble_theory, check_schedule, gpipe, split_gpt
 
 CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=4, n_head=4, d_model=128)

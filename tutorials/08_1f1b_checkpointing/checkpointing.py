@@ -22,7 +22,8 @@ from minitensor.checkpoint import checkpoint
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
 from parallel import Pipeline
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 
 CONFIG = GPTConfig(vocab_size=64, block_size=32, n_layer=4, n_head=4, d_model=64)
 BATCH, SEQ, M = 8, 32, 4

@@ -20,7 +20,8 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.pipeline import Timeline, bubble_theory, check_schedule, get_schedule, stages_for_rank
 
 SIM_P, SIM_M, V = 2, 4, 2

@@ -21,7 +21,8 @@ from minitensor.models import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import Mesh
 from parallel.hybrid import HybridGPT
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 
 CONFIG = GPTConfig(vocab_size=32, block_size=8, n_layer=8, n_head=4, d_model=16)
 BATCH, SEQ, M = 16, 8, 2       # global batch, sequence length, micro-batches per dp rank

@@ -20,7 +20,8 @@ import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Mesh
 from parallel.hybrid import HybridGPT
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.comm.gather import all_gather_json
 
 CONFIG = GPTConfig(vocab_size=32, block_size=8, n_layer=4, n_head=4, d_model=16)

@@ -16,7 +16,8 @@ import numpy as np
 
 import parallel  # first: it sets one BLAS thread per rank under mpiexec
 from parallel import Mesh
-from parallel.launch import launch_report, rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import launch_report, rank_arguments
 
 AXES = ("tp", "dp", "pp")   # fastest-varying first
 

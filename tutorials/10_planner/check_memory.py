@@ -18,7 +18,8 @@ import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline, TensorParallelGPT
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.plan import Layout, activation_bytes_per_rank, get_config, param_bytes_per_rank
 
 PLAN_CONFIG = get_config("small")

@@ -22,7 +22,8 @@ import minitensor as mt
 from minitensor.models import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import Pipeline
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 from parallel.pipeline import Action, Timeline, check_schedule, get_schedule
 
 SIM_P, SIM_M = 4, 8

@@ -8,7 +8,7 @@ from minitensor.data import AdditionTask
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import DataParallel
-from parallel.local_sgd import DiLoCo
+from parallel.data_parallel.local_sgd import DiLoCo
 
 TASK = AdditionTask(digits=2, seed=0)
 CONFIG = GPTConfig(vocab_size=TASK.vocab_size, block_size=TASK.block_size, n_layer=2, n_head=4, d_model=32)

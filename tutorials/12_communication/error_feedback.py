@@ -11,7 +11,7 @@ that top-k drops is then lost for good. Prints the final loss and bytes per step
 import parallel
 from addition_run import train
 
-from parallel.comm_hooks import TopK
+from parallel.data_parallel.comm_hooks import TopK
 
 
 def main(args):
@@ -32,4 +32,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

@@ -20,8 +20,8 @@ import minitensor as mt
 import parallel
 from minitensor.models.gpt import GPT
 from minitensor.optim import SGD
-from parallel.local_sgd import DiLoCo
-from parallel.reducer import Reducer
+from parallel.data_parallel.local_sgd import DiLoCo
+from parallel.data_parallel.reducer import Reducer
 
 STRIDE_SETTINGS = [(0.7, 0.9), (0.1, 0.9), (1.0, 0.0)]  # (outer lr, outer momentum)
 
@@ -92,4 +92,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=96, help="training steps (default 96, a multiple of 16)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

@@ -60,4 +60,4 @@ if __name__ == "__main__":
     parser.add_argument("--link", default="1gbe", help="link profile or ALPHA,BETA (default 1gbe)")
     parser.add_argument("--bucket-kib", type=float, default=256, help="bucket size in KiB (default 256)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

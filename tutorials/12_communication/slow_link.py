@@ -71,4 +71,4 @@ def main(args):
 
 if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
-    parallel.launch.run_on_ranks(parser.parse_args().threads, main, parser.parse_args())
+    parallel.comm.run_on_ranks(parser.parse_args().threads, main, parser.parse_args())

@@ -4,7 +4,7 @@
     mpiexec -n 4 python -m mpi4py tutorials/12_communication/staleness.py
 
 Rank 0 is the server (parameters and AdamW), ranks 1..3 are workers; one round in five
-of each worker is a straggler, 4× longer (scripted: parallel.parameter_server.scripted_delays).
+of each worker is a straggler, 4× longer (scripted: parallel.data_parallel.parameter_server.scripted_delays).
 Each staleness bound s lets a worker run up to s rounds ahead on old parameters. For s =
 0, 1, 2, 4: the virtual time the run takes (a straggler no longer holds everyone back),
 the mean staleness of the gradients, the final loss; s = 0 is synchronous training
@@ -18,7 +18,7 @@ import minitensor as mt
 import parallel
 from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
-from parallel.parameter_server import (
+from parallel.data_parallel.parameter_server import (
     describe_roles,
     run_parameter_server,
     scripted_delays,
@@ -99,4 +99,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0], default_threads=4)
     parser.add_argument("--steps", type=int, default=60, help="rounds (default 60)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

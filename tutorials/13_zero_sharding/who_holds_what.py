@@ -145,4 +145,4 @@ if __name__ == "__main__":
     parser = parallel.launch.rank_arguments(__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps (default 3)")
     args = parser.parse_args()
-    parallel.launch.run_on_ranks(args.threads, main, args)
+    parallel.comm.run_on_ranks(args.threads, main, args)

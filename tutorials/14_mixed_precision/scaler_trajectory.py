@@ -18,7 +18,8 @@ import parallel
 import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 from parallel import HybridGPT, Mesh
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 
 CONFIG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=32)
 STEPS, INJECT_AT = 16, 14

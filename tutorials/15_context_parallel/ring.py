@@ -23,7 +23,8 @@ from minitensor.tensor import Tensor
 from parallel import HybridGPT, Mesh
 from parallel.context_parallel import ContextParallel, RingAttention, ring_elements
 from parallel.context_parallel.layout import causal_relation, rank_chunks
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 
 BATCH, HEADS, D = 2, 2, 4
 

@@ -22,7 +22,8 @@ from minitensor.data.mlm import IGNORE_INDEX
 from minitensor.models import BERT, BertConfig
 from parallel import Mesh
 from parallel.hybrid import HybridGPT
-from parallel.launch import rank_arguments, run_on_ranks
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
 
 SEED, STEP, BATCH = 0, 1, 16
 

@@ -18,7 +18,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import graph, nn
-from minitensor.bench import CONFIGS, random_batch
+from minitensor.bench_timing import CONFIGS, random_batch
 from minitensor.graph.passes import DEFAULT_PASSES
 from minitensor.models.gpt import GPT, merge_heads, split_heads
 from minitensor.nn import functional as F

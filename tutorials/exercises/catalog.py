@@ -6,14 +6,14 @@ tests/tutorials/test_exercises.py proves the first, the normal suite the second.
 OPS = "tests/minitensor/test_ops.py"
 FUNCTIONAL = "tests/minitensor/test_functional.py"
 COMM = "tests/parallel/test_comm.py"
-REDUCER = "tests/parallel/test_reducer.py"
-DATA_PARALLEL = "tests/parallel/test_data_parallel.py"
-ZERO = "tests/parallel/test_zero.py"
+REDUCER = "tests/parallel/data_parallel/test_reducer.py"
+DATA_PARALLEL = "tests/parallel/data_parallel/test_ddp.py"
+ZERO = "tests/parallel/data_parallel/test_zero.py"
 TP_LAYERS = "tests/parallel/tensor_parallel/test_tp_layers.py"
 SCHEDULES = "tests/parallel/pipeline/test_schedules.py"
 MESH = "tests/parallel/test_mesh.py"
 PLAN = "tests/parallel/plan"
-FULLY_SHARDED = "tests/parallel/test_fully_sharded.py"
+FULLY_SHARDED = "tests/parallel/data_parallel/test_fully_sharded.py"
 
 _TP_PAIR = f"{TP_LAYERS}::test_column_then_row_with_gathered_output_and_scattered_input_equal_two_dense_linears"
 _VOCAB = f"{TP_LAYERS}::test_vocab_parallel_embedding_and_cross_entropy_equal_dense_with_padding_and_ignore_index"
@@ -63,15 +63,15 @@ TESTS = {
              f"{FULLY_SHARDED}::test_the_gather_order_is_the_same_on_ranks_whose_backward_reads_different_uses"],
     "13.3": [f"{FULLY_SHARDED}::test_every_units_reduce_scatter_starts_before_the_schedule_ends[zero2]",
              f"{FULLY_SHARDED}::test_every_units_reduce_scatter_starts_before_the_schedule_ends[zero3-pp2]"],
-    "12.1": ["tests/parallel/test_comm_hooks.py::test_error_feedback_loses_nothing[TopK-options0-True]",
-             "tests/parallel/test_comm_hooks.py::test_a_hook_restored_from_its_state_continues_bitwise_alike"
+    "12.1": ["tests/parallel/data_parallel/test_comm_hooks.py::test_error_feedback_loses_nothing[TopK-options0-True]",
+             "tests/parallel/data_parallel/test_comm_hooks.py::test_a_hook_restored_from_its_state_continues_bitwise_alike"
              "[TopK-options1]"],
-    "12.2": ["tests/parallel/test_comm_hooks.py::test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space",
-             "tests/parallel/test_comm_hooks.py::test_powersgd_at_full_rank_is_data_parallelism"],
-    "12.3": ["tests/parallel/test_local_sgd.py::test_one_local_step_with_outer_lr_one_and_no_momentum_is_synchronous_sgd",
-             "tests/parallel/test_local_sgd.py::test_diloco_equals_a_sequential_simulation_of_the_replicas"],
-    "12.4": ["tests/parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
-             "tests/parallel/test_parameter_server.py::test_a_stale_run_replays_bit_for_bit_in_one_process[1]"],
+    "12.2": ["tests/parallel/data_parallel/test_comm_hooks.py::test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space",
+             "tests/parallel/data_parallel/test_comm_hooks.py::test_powersgd_at_full_rank_is_data_parallelism"],
+    "12.3": ["tests/parallel/data_parallel/test_local_sgd.py::test_one_local_step_with_outer_lr_one_and_no_momentum_is_synchronous_sgd",
+             "tests/parallel/data_parallel/test_local_sgd.py::test_diloco_equals_a_sequential_simulation_of_the_replicas"],
+    "12.4": ["tests/parallel/data_parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
+             "tests/parallel/data_parallel/test_parameter_server.py::test_a_stale_run_replays_bit_for_bit_in_one_process[1]"],
     "14.1": ["tests/minitensor/test_amp.py::test_scaler_backs_off_on_overflow_and_grows_after_growth_interval_clean_steps",
              "tests/minitensor/test_amp.py::test_scale_stays_a_power_of_two_between_min_scale_and_its_growth",
              "tests/minitensor/test_amp.py::test_an_inf_or_nan_gradient_is_found_and_the_step_skipped"],

@@ -17,7 +17,7 @@ whole-model estimate price a collective alike.
 import re
 from functools import cache
 
-from ..cost import all_gather, ring_all_reduce
+from ...alpha_beta import all_gather, ring_all_reduce
 
 REPLICATED, PARTIAL = "R", "P"
 _SPLIT = re.compile(r"S\((\d+)\)")

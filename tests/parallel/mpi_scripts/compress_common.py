@@ -1,5 +1,5 @@
 """Compressed data parallelism against its exact references: the runs and checks shared by
-the threads tests (tests/parallel/test_comm_hooks.py) and the mpiexec worker
+the threads tests (tests/parallel/data_parallel/test_comm_hooks.py) and the mpiexec worker
 (compress_equivalence.py). Needs tests/ on sys.path (for helpers), as under pytest.
 
 A run trains `steps` AdamW steps of dp_common's TinyNet through DataParallel with a
@@ -11,8 +11,8 @@ import minitensor as mt
 from minitensor.optim import AdamW
 from parallel import DataParallel
 from parallel.comm.threads import single_rank_group
-from parallel.comm_hooks import PowerSGD, SignCompression, TopK
-from parallel.reducer import Reducer
+from parallel.data_parallel.comm_hooks import PowerSGD, SignCompression, TopK
+from parallel.data_parallel.reducer import Reducer
 from mpi_scripts.dp_common import BETAS, EPS, LR, MODELS, WEIGHT_DECAY, grads_of, micro_batches, run_single
 from helpers import assert_close
 

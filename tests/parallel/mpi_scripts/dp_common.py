@@ -1,5 +1,5 @@
 """Data parallel and ZeRO-1 against one device: the runs and checks shared by the
-threads tests (tests/parallel/test_data_parallel.py, test_zero.py) and the mpiexec
+threads tests (tests/parallel/data_parallel/test_ddp.py, test_zero.py) and the mpiexec
 worker (dp_equivalence.py), so both backends are held to exactly the same checks.
 Needs tests/ on sys.path (for helpers), as under pytest.
 
@@ -215,7 +215,7 @@ def check_zero(run, ref, n, steps):
     assert abs(run["state_bytes"] - ref["state_bytes"] / n) <= 2 * itemsize
 
 
-# --- ZeRO-2 / ZeRO-3 (parallel.fully_sharded) ---------------------------------------
+# --- ZeRO-2 / ZeRO-3 (parallel.data_parallel.fully_sharded) ---------------------------------------
 
 # ZeRO-3 units: TinyNet's `twice` is called twice per forward; its embedding is tied to the
 # head, so it stays in the root unit (gathered for the whole forward); `frozen` is in none.
@@ -227,7 +227,7 @@ def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1):
     other rank; the first micro-1 micro-steps under no_sync. Records the gathered gradients,
     the counted communication and the bytes the rank holds after the last step."""
     from parallel import FullyShardedDataParallel
-    from parallel.fully_sharded import held_bytes
+    from parallel.data_parallel.flat_units import held_bytes
 
     rank, n = group.rank, group.size
     mt.manual_seed(seed + 1000 * rank)

@@ -1,5 +1,5 @@
 """The 3D hybrid model against one device: the runs and checks shared by the threads tests
-(tests/parallel/test_hybrid.py) and the mpiexec worker (hybrid_equivalence.py).
+(tests/parallel/hybrid/test_hybrid.py) and the mpiexec worker (hybrid_equivalence.py).
 
 A run makes `steps` optimizer steps; each accumulates `accumulate` global batches. The
 hybrid run gathers, on every rank, the global loss of every batch, the single-device-named

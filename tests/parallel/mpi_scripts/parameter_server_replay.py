@@ -5,13 +5,14 @@
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]  # tests/, tests/parallel/
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1]),
+               str(Path(__file__).resolve().parents[1] / "data_parallel")]  # tests/, tests/parallel/, its data_parallel/
 
 import numpy as np  # noqa: E402
 
 import parallel  # noqa: E402
 import test_parameter_server as cases  # noqa: E402
-from parallel.parameter_server import run_parameter_server, scripted_delays, simulate, staleness_schedule  # noqa: E402
+from parallel.data_parallel.parameter_server import run_parameter_server, scripted_delays, simulate, staleness_schedule  # noqa: E402
 
 SEED, WORKERS, STEPS = 7, 2, 5
 

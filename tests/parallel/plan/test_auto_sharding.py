@@ -1,9 +1,9 @@
 """Layouts over a tp group and the collective (and α–β seconds) that turns one into another."""
 import pytest
 
+from parallel.alpha_beta import all_gather, ring_all_reduce
 from parallel.plan.auto import PARTIAL, REPLICATED, collective, layouts_of, split
 from parallel.plan.auto.sharding import gradient_layout, join, reshard_seconds
-from parallel.plan.cost import all_gather, ring_all_reduce
 
 R, P, S0, S1 = REPLICATED, PARTIAL, split(0), split(1)
 

@@ -7,9 +7,10 @@ import pytest
 
 import parallel.plan.calibrate as calibrate
 from parallel import run_threads
+from parallel.alpha_beta import send_recv
 from parallel.launch import find_mpiexec
 from parallel.plan.calibrate import calibrated_profile, measure
-from parallel.plan.cost import link, send_recv
+from parallel.plan.cost import link
 
 ALPHA, BANDWIDTH = 3e-6, 2e9   # the synthetic link: 3 µs per message, 2 GB/s
 

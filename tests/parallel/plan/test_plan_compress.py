@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from minitensor.models.gpt import GPT
-from parallel.comm_hooks import PowerSGD
+from parallel.data_parallel.comm_hooks import PowerSGD
 from parallel.plan import Layout, estimate, get_config
 from parallel.plan.compress import stage_matrices
 

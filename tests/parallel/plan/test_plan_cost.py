@@ -4,9 +4,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minitensor.models.gpt import GPTConfig
+from parallel.alpha_beta import all_gather, ring_all_reduce, send_recv
 from parallel.pipeline import Timeline, check_schedule, get_schedule
 from parallel.plan import Layout, estimate, get_config, load_profile
-from parallel.plan.cost import all_gather, bubble_slots, link, ring_all_reduce, send_recv, stage_flops
+from parallel.plan.cost import bubble_slots, link, stage_flops
 from parallel.plan.model import stage_layers
 
 LAPTOP = load_profile("laptop-cpu")

@@ -2,7 +2,7 @@
 import pytest
 
 from parallel.pipeline.checker import simulate
-from parallel.pipeline.schedules import get_schedule
+from parallel.pipeline.registry import get_schedule
 from parallel.plan import GPTConfig, Layout, estimate, load_profile, param_count
 from parallel.plan.shared_cores import rate, replay
 from parallel.plan.simulate import PartCosts, simulate_step, stage_times

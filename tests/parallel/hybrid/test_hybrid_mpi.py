@@ -8,7 +8,7 @@ from mpi_launch import requires_mpiexec, run_mpi
 
 from minitensor import dtypes
 
-SCRIPTS = Path(__file__).parent / "mpi_scripts"
+SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
 pytestmark = requires_mpiexec
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "16", "--digits", "2"]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from mpi_launch import requires_mpiexec, run_mpi
 
-SCRIPT = Path(__file__).parent / "mpi_scripts" / "compress_equivalence.py"
+SCRIPT = Path(__file__).parents[1] / "mpi_scripts" / "compress_equivalence.py"
 pytestmark = requires_mpiexec
 
 

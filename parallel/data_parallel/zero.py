@@ -28,7 +28,7 @@ import numpy as np
 
 from minitensor.optim import Optimizer, adamw_update
 
-from .data_parallel import broadcast_parameters
+from .ddp import broadcast_parameters
 from .reducer import Bucket, padded_length, refresh_compute_shard, values_chunk
 
 STAGES = (1, 2, 3)

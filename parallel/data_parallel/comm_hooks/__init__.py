@@ -3,7 +3,7 @@
 As PyTorch DDP's `register_comm_hook`: `Reducer.register_comm_hook(hook)` (also on
 `DataParallel` and `HybridGPT`) makes each packed bucket go through `hook(group, index,
 bucket)`, which leaves the bucket's sum over the group in `bucket.buffer`. The default is
-`parallel.reducer.allreduce_hook`. The compressing hooks change the mathematics on
+`parallel.data_parallel.reducer.allreduce_hook`. The compressing hooks change the mathematics on
 purpose, and keep what they could not send (error feedback) for the next step:
 
     powersgd.py   PowerSGD (Vogels et al. 2019): a rank-r factorisation P·Qᵀ per matrix

@@ -51,23 +51,23 @@ import numpy as np
 from minitensor.amp import MixedPrecision, policy_of_dtype, precision_policy
 from minitensor.optim import AdamW
 
-from .comm.gather import gather_named_arrays
-from .context_parallel import ContextParallel
-from .data_parallel import broadcast_parameters
-from .fully_sharded import gather_grad_shards, held_bytes, masters_gathered
-from .hybrid_zero import UnitShards
-from .local_sgd import DiLoCo
-from .model import ParallelModel
-from .pipeline.executor import Pipeline
-from .pipeline.partition import stages_for_rank
-from .pipeline.tied import TiedGradients
-from .pipeline.timeline import Event
-from .reducer import Reducer
-from .tensor_parallel import TensorParallelStage
-from .zero import ZeroOptimizer
+from ..context_parallel import ContextParallel
+from ..data_parallel.ddp import broadcast_parameters
+from ..data_parallel.flat_units import masters_gathered
+from ..data_parallel.local_sgd import DiLoCo
+from ..data_parallel.reducer import Reducer
+from ..data_parallel.zero import ZeroOptimizer
+from ..pipeline.executor import Pipeline
+from ..pipeline.partition import stages_for_rank
+from ..pipeline.tied import TiedGradients
+from ..tensor_parallel import TensorParallelStage
+from .accounting import LayoutAccounting
+from .dense_view import DenseView
+from .parallel_model import ParallelModel
+from .zero_units import UnitShards
 
 
-class HybridGPT(ParallelModel):
+class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     """This rank's part of `gpt` under the 3D layout `mesh` (every rank passes the same dense GPT,
     or the same dense BERT: the same blocks, other ends).
 
@@ -174,7 +174,7 @@ class HybridGPT(ParallelModel):
         return self.optimizer
 
     def register_comm_hook(self, hook):
-        """Reduce the dp gradients through `hook` (parallel.comm_hooks), not a plain all-reduce."""
+        """Reduce the dp gradients through `hook` (parallel.data_parallel.comm_hooks), not a plain all-reduce."""
         if self.zero:
             raise ValueError(f"a communication hook compresses the dp all-reduce, which ZeRO-{self.zero} replaces "
                              "by its reduce-scatter: use one or the other")
@@ -182,7 +182,7 @@ class HybridGPT(ParallelModel):
         self.comm_hook = hook
 
     def configure_local_sgd(self, local_steps, outer_lr=None, outer_momentum=0.9):
-        """Local SGD / DiLoCo over dp (parallel.local_sgd): no dp reduction per step; every
+        """Local SGD / DiLoCo over dp (parallel.data_parallel.local_sgd): no dp reduction per step; every
         `local_steps` optimizer steps the replicas average their pseudo-gradients."""
         if self.zero:
             raise ValueError(f"local SGD averages whole replicas over dp; ZeRO-{self.zero} shards them over dp: "
@@ -270,113 +270,3 @@ class HybridGPT(ParallelModel):
         if self.zero > 1:
             self.dp_reducer.zero_grad_shards()
         self.accumulated, self.synced = 0, False
-
-    # --- the dense, single-device view (collectives over the whole mesh) -----------
-
-    def _merge(self, local):
-        """Each stage's tp-gathered arrays merged over pp, in single-device name order (a tied
-        copy on the last stage is left out: the first stage's is the same)."""
-        copies = {name for stage in self.stages if not stage.is_first for name in stage.tied_names()}
-        merged = gather_named_arrays(self.mesh.pp_group, {n: a for n, a in local.items() if n not in copies})
-        return {name: merged[name] for name in self.dense_names if name in merged}
-
-    def full_state_dict(self):
-        """Single-device-named parameters (the masters under a mixed policy)."""
-        local = {}
-        with self.full_parameters(), self.amp.params_hold_masters():
-            for stage in self.stages:
-                local.update(stage.full_state_dict())
-        return self._merge(local)
-
-    def full_grads(self):
-        """Single-device-named gradients of the synced step (finishes the sync first), unscaled,
-        in the master dtype; under ZeRO-1 the dp × cp mean is taken here, since the raw gradients
-        are still local; under ZeRO-2/3 every rank's chunk is gathered."""
-        self.finish_grad_sync()
-        params = self.parameters()
-        if self.zero > 1:  # the averaged gradients, whole, only for this call
-            grads = gather_grad_shards(self.dp_reducer.buckets, self.mesh.dp_cp_group)
-            for p in params:
-                p.grad = grads.get(id(p))
-        local = {}
-        with self.full_parameters(), self.amp.params_hold_masters():
-            for stage in self.stages:
-                local.update(stage.full_grads())
-        if self.zero > 1:
-            for p in params:
-                p.grad = None
-        local = {name: g / self.amp.scaler.scale for name, g in local.items()} if self.amp.scaler.enabled else local
-        if self.zero == 1:
-            group = self.mesh.dp_cp_group
-            local = {name: group.all_reduce(g) / group.size for name, g in local.items()}
-        return self._merge(local)
-
-    def load_full_state_dict(self, state):
-        """Load single-device-named parameters: each rank keeps its stages' shards."""
-        missing = [name for name in self.dense_names if name not in state]
-        if missing:
-            raise KeyError(f"load_full_state_dict: missing keys {missing}")
-        with self.full_parameters(writeback=True), self.amp.params_hold_masters():
-            for stage in self.stages:
-                names = [name for name, _ in stage.named_parameters()]
-                stage.load_full_state_dict({name: state[name] for name in names})
-
-    def events(self):
-        """The pipeline's actions of the last step and the dp buckets' communication spans
-        ("dp_bucket", numbered by bucket), on the pipeline's clock."""
-        buckets = []
-        if self.dp_reducer is not None and self.pipeline.events:
-            t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
-            buckets = [Event(rank, "dp_bucket", index, 0, start - t0, end - t0)
-                       for index, start, end in self.dp_reducer.spans if end is not None]
-        return self.pipeline.events + buckets
-
-    # --- what the layout costs -------------------------------------------------------
-
-    def memory_bytes(self):
-        """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
-        placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
-        ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
-        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
-        their gradients as gradients."""
-        params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
-        masters = self.amp.masters if self.amp.mixed and not buckets else []
-        master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
-                         b.compute_shard]
-        grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
-        return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
-                "grads": held_bytes(grads),
-                "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
-                + held_bytes([m.data for m in masters] + master_shards),
-                "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
-
-    def reset_memory_peak(self):
-        for sharding in self.shardings:
-            sharding.reset_peak()
-
-    def groups(self):
-        """The mesh's groups by name; under cp > 1 also cp (the ring) and dp_cp (the gradients);
-        with a tied embedding across pipeline ends, embedding (its two copies); under ZeRO-3
-        the copies of the replica group that the parameter gathers use."""
-        mesh = self.mesh
-        cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
-        tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
-        params = {f"dp-params.{i}": sharding.group for i, sharding in enumerate(self.shardings)}
-        return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied, **params}
-
-    def communication_stats(self):
-        """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
-        A group of one rank is left out: its collectives move nothing. ZeRO-3's parameter
-        gathers (on copies of the dp group) count as dp."""
-        stats = {}
-        for name, group in self.groups().items():
-            for kind, counts in (group.stats().items() if group.size > 1 else ()):
-                into = stats.setdefault((name.split("-")[0], kind), dict.fromkeys(counts, 0))
-                for count, value in counts.items():
-                    into[count] += value
-        return stats
-
-    def reset_communication_stats(self):
-        for group in self.groups().values():
-            group.reset_stats()
-

@@ -1,4 +1,4 @@
-"""Local SGD / DiLoCo (parallel.local_sgd) against its exact references (threads backend):
+"""Local SGD / DiLoCo (parallel.data_parallel.local_sgd) against its exact references (threads backend):
 H = 1 with outer lr 1 and no momentum is synchronous data parallelism; any H is a
 sequential simulation of n replicas in one process; bytes per optimizer step fall by H.
 Checkpoints between outer steps resume bitwise (threads here and in test_train_comm.py,
@@ -21,8 +21,8 @@ import parallel
 from minitensor.optim import SGD, AdamW
 from parallel import run_threads
 from parallel.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from parallel.local_sgd import DiLoCo
-from parallel.reducer import Reducer
+from parallel.data_parallel.local_sgd import DiLoCo
+from parallel.data_parallel.reducer import Reducer
 
 TIMEOUT = 60
 INNER_LR = 0.05
@@ -136,7 +136,7 @@ def test_bad_local_steps_and_outer_figures_are_named():
 
 # --- checkpoints ---------------------------------------------------------------------------
 
-CKPT_WORKER = Path(__file__).parent / "mpi_scripts" / "ckpt_train.py"
+CKPT_WORKER = Path(__file__).parents[1] / "mpi_scripts" / "ckpt_train.py"
 
 
 def local_sgd_model(layout, local_steps=3):

@@ -8,8 +8,9 @@ import contextlib
 
 from minitensor.autograd import is_grad_enabled
 
-from .data_parallel import DataParallel, output_tensors
-from .fully_sharded import Sharding, fully_shard, gather_grad_shards
+from .ddp import DataParallel, output_tensors
+from .flat_units import gather_grad_shards
+from .fully_sharded import Sharding, fully_shard
 from .reducer import ShardedReducer
 from .zero import ZeroOptimizer
 

@@ -16,8 +16,9 @@ gradients) or over the pipeline ends (a tied embedding) starts only after that s
 the schedule, and so do the units after it. `finish_batch` then finishes every
 reduce-scatter: the chunks grow, the full gradients are gone.
 """
-from .fully_sharded import Sharding, fully_shard, shard_masters
-from .reducer import ShardedReducer
+from ..data_parallel.flat_units import shard_masters
+from ..data_parallel.fully_sharded import Sharding, fully_shard
+from ..data_parallel.reducer import ShardedReducer
 
 
 class UnitShards:

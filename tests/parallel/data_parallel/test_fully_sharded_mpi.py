@@ -7,7 +7,7 @@ from mpi_launch import requires_mpiexec, run_mpi
 
 from minitensor import dtypes
 
-SCRIPT = Path(__file__).parent / "mpi_scripts" / "fully_sharded_equivalence.py"
+SCRIPT = Path(__file__).parents[1] / "mpi_scripts" / "fully_sharded_equivalence.py"
 pytestmark = requires_mpiexec
 
 

@@ -34,135 +34,22 @@ the same collectives in the same order; a unit used twice (tied, or called twice
 gathered once per use. `schedule()` prints the list; `check_gathers` proves that ranks
 whose backward reaches different uses still issue the same sequence.
 
-Who uses it: `FullyShardedDataParallel` (fsdp.py) for any module, and HybridGPT's
-pipeline stages (hybrid_zero.py).
+Where the pieces live: the units' flat chunks in flat_units.py, a pass's uses and the
+order of their backward gathers in gather_order.py. Who uses it: `FullyShardedDataParallel`
+(fsdp.py) for any module, and HybridGPT's pipeline stages (parallel/hybrid/zero_units.py).
 
 The all-gathers run on their own communicator (a copy of the dp group) so that they
 never interleave with the gradient reduce-scatters, whose timing depends on hooks.
-
-Mixed precision (HybridGPT with a 16-bit policy, minitensor.amp): the chunks ARE the
-float32 master weights (`shard_masters`: no rank keeps a whole master), beside the
-float32 moments; gradients are reduce-scattered in float32 into a float32 `grad_shard`
-(the master's gradient); stage 3 gathers a 16-bit copy of each chunk (`compute_shard`,
-refreshed by each step), stage 2 all-gathers the rounded chunks into the 16-bit
-parameters. `full_parameters()` (and `masters_gathered` for stage 2) gather the masters.
 """
 import contextlib
 import functools
 import time
 
-import numpy as np
-
 from minitensor.autograd import is_grad_enabled, saved_tensors_hooks, topological_order
 
-from .gather_order import gathers_due
-from .reducer import keep_chunk, values_chunk
-
-_FREED = {}
-
-
-def freed_placeholder(shape, dtype):
-    """A stand-in of the parameter's shape and (compute) dtype holding no memory (one shared
-    NaN): any read of a freed parameter outside its unit turns the result into NaN."""
-    scalar = _FREED.setdefault(np.dtype(dtype), np.array(np.nan, dtype))
-    return np.broadcast_to(scalar, shape)
-
-
-def owner(array):
-    """The array that owns the memory `array` views."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
-def attach(bucket, full):
-    """Point every parameter's .data at its piece of the gathered flat `full`."""
-    for p, where in zip(bucket.params, bucket.slices):
-        p.data = full[where].reshape(p.shape)
-
-
-def compute_copy(shard, params):
-    """The chunk the forward gathers: `shard` itself, or its rounding to the parameters'
-    (16-bit compute) dtype when the shard holds float32 masters."""
-    dtype = params[0].dtype
-    return shard if shard.dtype == dtype else shard.astype(dtype)
-
-
-class FlatUnit:
-    """One sharding unit: its trainable parameters end to end in `bucket` (n equal chunks,
-    the reducer's bucket for the same parameters), of which this rank keeps `param_shard`
-    (the masters' chunk, if the caller cut one: `shard_masters`) and `compute_shard`, the
-    chunk its forward gathers (16-bit under a mixed policy, else `param_shard` itself)."""
-
-    def __init__(self, name, bucket, group):
-        self.name, self.bucket, self.group = name, bucket, group
-        self.params = bucket.params
-        if bucket.param_shard is None:
-            bucket.param_shard = values_chunk(bucket, group.rank)
-        bucket.compute_shard = compute_copy(bucket.param_shard, self.params)
-        self.free()
-
-    def start_gather(self):
-        return self.group.all_gather(self.bucket.compute_shard, async_op=True)
-
-    def attach(self, full):
-        attach(self.bucket, full)
-
-    def free(self):
-        for p in self.params:  # in the dtype the forward computes in (a gather of the masters may have left float32)
-            p.data = freed_placeholder(p.shape, self.bucket.compute_shard.dtype)
-
-    @property
-    def full_bytes(self):
-        return self.bucket.shard_size * self.group.size * self.bucket.compute_shard.itemsize
-
-    def __repr__(self):
-        return f"FlatUnit({self.name}, {len(self.params)} params, {self.bucket.numel} elements)"
-
-
-class Use:
-    """One use of a unit in one forward pass: its backward gather (an entry of the pass's
-    list), the gathered copy while backward needs it, and how many saved references remain."""
-
-    def __init__(self, unit, a_pass):
-        self.unit, self.a_pass = unit, a_pass
-        self.full, self.request, self.refs = None, None, 0
-        self.issued, self.needed = False, True
-
-
-class SavedParameter:
-    """What the graph keeps instead of a parameter array: the use and where in its flat copy."""
-
-    def __init__(self, use, array, full):
-        self.use = use
-        self.offset = array.__array_interface__["data"][0] - owner(full).__array_interface__["data"][0]
-        self.shape, self.strides, self.dtype = array.shape, array.strides, array.dtype
-        use.refs += 1
-
-    def view(self):
-        return np.ndarray(self.shape, self.dtype, buffer=owner(self.use.full), offset=self.offset,
-                          strides=self.strides)
-
-    def __del__(self):  # the node that saved it is gone: free the copy after its last reference
-        use = self.use
-        use.refs -= 1
-        if use.refs == 0:
-            use.full = None
-
-
-class Pass:
-    """One forward pass through a Sharding: its uses in the order they finished; backward
-    gathers every one again, in reverse (fixed when the pass ends). A use whose graph saved
-    no parameter (an embedding's backward needs only the indices) is never read: gathered
-    in its place all the same, so the count is the formula's, two gathers per use."""
-
-    def __init__(self):
-        self.uses, self.started, self.gathers = [], [], []
-
-    def close(self):
-        self.gathers = self.uses[::-1]
-        for use in self.gathers:
-            use.needed = use.refs > 0
+from .flat_units import FlatUnit, owner
+from .gather_order import Pass, SavedParameter, Use, gathers_due
+from .reducer import keep_chunk
 
 
 class Sharding:
@@ -378,46 +265,3 @@ def fully_shard(module, sharding, unit=None, reads=()):
         return sharding.run_unit(unit, forward, *args, **kwargs)
     module.forward = sharded_forward
     return module
-
-
-def shard_masters(buckets, masters, group):
-    """ZeRO-2/3 under a mixed precision policy: cut each bucket's chunk of the float32
-    `masters` (by id of the bucket's compute parameters) into `bucket.param_shard`; the
-    whole masters can then go. Each rank keeps 1/n of the masters, as of the moments."""
-    for bucket in buckets:
-        bucket.param_shard = values_chunk(bucket, group.rank, [masters[id(p)].data for p in bucket.params])
-
-
-@contextlib.contextmanager
-def masters_gathered(buckets, group, writeback=False):
-    """ZeRO-2 under a mixed policy: inside the block every parameter's .data is its whole
-    float32 master, all-gathered from the shards; with writeback, the values the block
-    leaves become the shards, and their rounding the 16-bit parameters."""
-    compute = [[p.data for p in bucket.params] for bucket in buckets]
-    for bucket in buckets:
-        attach(bucket, group.all_gather(bucket.param_shard))
-    try:
-        yield
-    finally:
-        for bucket, arrays in zip(buckets, compute):
-            if writeback:
-                keep_chunk(bucket, group.rank)
-            for p, array in zip(bucket.params, arrays):
-                if writeback:
-                    array[...] = p.data
-                p.data = array
-
-
-def held_bytes(arrays):
-    """Bytes of memory the arrays hold: each owning buffer once, a freed placeholder none."""
-    owners = {id(o): o for o in map(owner, arrays)}
-    return sum(o.nbytes for o in owners.values() if o is not _FREED.get(o.dtype))
-
-
-def gather_grad_shards(buckets, group):
-    """{id(parameter): its full averaged gradient} from every rank's grad shards (collective)."""
-    grads = {}
-    for bucket in buckets:
-        flat = group.all_gather(bucket.grad_shard)
-        grads.update({id(p): flat[where].reshape(p.shape) for p, where in zip(bucket.params, bucket.slices)})
-    return grads

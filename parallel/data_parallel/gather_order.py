@@ -1,10 +1,63 @@
 """The order of ZeRO-3's backward all-gathers, as data a reader can check.
 
+A forward pass records its uses of units (`Use`, in a `Pass`); the graph keeps a
+`SavedParameter` (a place in the gathered copy) instead of each parameter array, and the
+copy is freed when the last one is gone.
+
 A pass's backward gathers are its units' uses in reverse; every rank must issue them all,
 in that order, whatever its own loss reaches, or the collectives of two ranks pair the
 wrong messages. `gathers_due` says which to issue when an entry is read; `check_gathers`
 runs it on every rank at once, as chapter 7's checker runs a pipeline schedule.
 """
+import numpy as np
+
+from .flat_units import owner
+
+
+class Use:
+    """One use of a unit in one forward pass: its backward gather (an entry of the pass's
+    list), the gathered copy while backward needs it, and how many saved references remain."""
+
+    def __init__(self, unit, a_pass):
+        self.unit, self.a_pass = unit, a_pass
+        self.full, self.request, self.refs = None, None, 0
+        self.issued, self.needed = False, True
+
+
+class SavedParameter:
+    """What the graph keeps instead of a parameter array: the use and where in its flat copy."""
+
+    def __init__(self, use, array, full):
+        self.use = use
+        self.offset = array.__array_interface__["data"][0] - owner(full).__array_interface__["data"][0]
+        self.shape, self.strides, self.dtype = array.shape, array.strides, array.dtype
+        use.refs += 1
+
+    def view(self):
+        return np.ndarray(self.shape, self.dtype, buffer=owner(self.use.full), offset=self.offset,
+                          strides=self.strides)
+
+    def __del__(self):  # the node that saved it is gone: free the copy after its last reference
+        use = self.use
+        use.refs -= 1
+        if use.refs == 0:
+            use.full = None
+
+
+class Pass:
+    """One forward pass through a Sharding: its uses in the order they finished; backward
+    gathers every one again, in reverse (fixed when the pass ends). A use whose graph saved
+    no parameter (an embedding's backward needs only the indices) is never read: gathered
+    in its place all the same, so the count is the formula's, two gathers per use."""
+
+    def __init__(self):
+        self.uses, self.started, self.gathers = [], [], []
+
+    def close(self):
+        self.gathers = self.uses[::-1]
+        for use in self.gathers:
+            use.needed = use.refs > 0
+
 
 
 def gathers_due(needed, issued, position, prefetch):

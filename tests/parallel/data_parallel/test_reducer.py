@@ -9,7 +9,7 @@ import minitensor as mt
 import parallel
 from minitensor import nn
 from parallel import run_threads
-from parallel.reducer import Bucket, Reducer, assign_buckets
+from parallel.data_parallel.reducer import Bucket, Reducer, assign_buckets
 
 
 def params_of(shapes, rng, grads=True):
@@ -108,7 +108,7 @@ def test_reducer_counts_a_missing_gradient_as_zeros_even_after_a_round_that_had_
 
 @given(n=st.integers(1, 4), rounds=st.integers(1, 2), seed=seeds)
 def test_sharded_reducer_keeps_this_ranks_chunk_of_the_mean_and_frees_the_gradients(n, rounds, seed):
-    from parallel.reducer import ShardedReducer
+    from parallel.data_parallel.reducer import ShardedReducer
 
     shapes = [(3, 2), (5,), (1,)]
 

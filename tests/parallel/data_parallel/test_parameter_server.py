@@ -1,4 +1,4 @@
-"""The asynchronous parameter server (parallel.parameter_server): s = 0 is synchronous
+"""The asynchronous parameter server (parallel.data_parallel.parameter_server): s = 0 is synchronous
 training; with s > 0 a run under threads (and mpiexec) replays bit for bit in one process."""
 from pathlib import Path
 
@@ -15,8 +15,8 @@ import minitensor as mt
 import parallel
 from minitensor.optim import AdamW
 from parallel import run_threads
-from parallel.parameter_server import run_parameter_server, scripted_delays, simulate, staleness_schedule
-from parallel.reducer import Bucket
+from parallel.data_parallel.parameter_server import run_parameter_server, scripted_delays, simulate, staleness_schedule
+from parallel.data_parallel.reducer import Bucket
 
 TIMEOUT = 60
 STEPS = 4
@@ -96,5 +96,5 @@ def test_a_group_without_workers_is_an_error():
 
 @requires_mpiexec
 def test_a_stale_run_on_real_ranks_replays_in_one_process():
-    result = run_mpi(3, [Path(__file__).parent / "mpi_scripts" / "parameter_server_replay.py"], timeout=120)
+    result = run_mpi(3, [Path(__file__).parents[1] / "mpi_scripts" / "parameter_server_replay.py"], timeout=120)
     assert result.stdout.count("replayed bit for bit") == 1, result.stdout

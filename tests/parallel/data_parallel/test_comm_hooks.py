@@ -16,11 +16,11 @@ import parallel
 from minitensor import nn
 from parallel import run_threads
 from parallel.comm.threads import single_rank_group
-from parallel.comm_hooks import PowerSGD, SignCompression, TopK
-from parallel.comm_hooks import make_hook as parse_hook
-from parallel.comm_hooks.powersgd import full_rank_query, orthogonalize
-from parallel.comm_hooks.sign import pack_signs, unpack_signs
-from parallel.reducer import Bucket
+from parallel.data_parallel.comm_hooks import PowerSGD, SignCompression, TopK
+from parallel.data_parallel.comm_hooks import make_hook as parse_hook
+from parallel.data_parallel.comm_hooks.powersgd import full_rank_query, orthogonalize
+from parallel.data_parallel.comm_hooks.sign import pack_signs, unpack_signs
+from parallel.data_parallel.reducer import Bucket
 
 STEPS = 3
 TIMEOUT = 60

@@ -8,7 +8,7 @@
 One collective per bucket instead of one per parameter, and a bucket can travel
 while backward is still computing the gradients of the next ones. What "start" does is
 the reducer's communication hook (`register_comm_hook`, as in PyTorch's DDP): by default
-`allreduce_hook`; `parallel.comm_hooks` has compressing ones (PowerSGD, top-k, sign). Every user of
+`allreduce_hook`; `parallel.data_parallel.comm_hooks` has compressing ones (PowerSGD, top-k, sign). Every user of
 gradient communication goes through here: `DataParallel` (which starts buckets from
 its gradient hooks), `HybridGPT` (one reduction over dp after the pipeline schedule),
 the tensor-parallel partial-gradient sum (`tensor_parallel.sharding`), and

@@ -1,4 +1,4 @@
-"""ZeRO-2 and ZeRO-3 (parallel.fully_sharded) on the threads backend: one device's AdamW, with
+"""ZeRO-2 and ZeRO-3 (parallel.data_parallel.fully_sharded) on the threads backend: one device's AdamW, with
 1/n of the gradients (and, stage 3, of the parameters) per rank; the 3D layouts with any stage."""
 import sys
 from pathlib import Path
@@ -13,9 +13,9 @@ import parallel
 from minitensor import nn
 from minitensor.models.gpt import GPTConfig
 from parallel import DataParallel, FullyShardedDataParallel, HybridGPT, Mesh, run_threads
-from parallel.gather_order import check_gathers, gathers_due
+from parallel.data_parallel.gather_order import check_gathers, gathers_due
 
-sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "mpi_scripts"))
 from dp_common import check_fully_sharded, make_data, run_fully_sharded, run_single  # noqa: E402
 from helpers import assert_close  # noqa: E402
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid  # noqa: E402
@@ -91,7 +91,7 @@ def test_a_unit_one_ranks_loss_does_not_reach_neither_deadlocks_nor_changes_the_
         return wrapped.full_grads() if stage else {n: p.grad for n, p in model.named_parameters()}
 
     sharded, plain = run_threads(2, rank_fn, 3, timeout=30), run_threads(2, rank_fn, 0, timeout=30)
-    for name, grad in plain[0].items():  # DataParallel: equal to one device (test_data_parallel)
+    for name, grad in plain[0].items():  # DataParallel: equal to one device (test_ddp)
         assert_close(sharded[0][name], grad, name)
 
 
@@ -145,7 +145,7 @@ def test_bad_arguments_are_clear_errors(stage, units, message):
 def test_every_rank_gets_a_full_chunk_of_the_padded_values_however_small_the_unit(numel, n):
     # 2 elements over 7 ranks: chunks of 1, ranks 2..6 hold padding only (a buffer of numel +
     # shard_size elements gave rank 6 an empty chunk, and AdamW a shape mismatch)
-    from parallel.reducer import Bucket, padded_length, values_chunk
+    from parallel.data_parallel.reducer import Bucket, padded_length, values_chunk
     bucket = Bucket([nn.Parameter(np.arange(1.0, numel + 1))], length=padded_length(numel, n))
     bucket.shard_size = bucket.buffer.size // n
     chunks = [values_chunk(bucket, rank) for rank in range(n)]

@@ -13,7 +13,7 @@ from minitensor.models.bert import BERT, BertConfig
 from minitensor.models.gpt import GPTConfig
 from parallel import HybridGPT, Mesh, run_threads
 
-sys.path.insert(0, str(Path(__file__).parent / "mpi_scripts"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "mpi_scripts"))
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid, run_single, tiny_config  # noqa: E402
 from strategies import hybrid_layouts, seeds, zero_bubble_layouts, zero_layouts  # noqa: E402
 

@@ -1,0 +1,91 @@
+"""What every backend accepts, checked once for both: the dtypes, the reduce ops, the
+tags, the peers and axes, a message that fits its buffer, the same call on every rank,
+and the deadline and debug settings from the environment.
+"""
+import os
+
+import numpy as np
+
+from minitensor.dtypes import SIXTEEN_BIT
+
+# float16 and bfloat16 (if ml_dtypes is installed) carry 16-bit activations (minitensor.amp).
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) + SIXTEEN_BIT
+REDUCE_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+ALGORITHMS = ("builtin", "ring")
+# MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.
+TAG_UB = 32767
+RING_TAG = TAG_UB
+DEFAULT_TIMEOUT_S = 300.0  # generous: a rank may be busy for minutes (a checkpoint save) without being stuck
+
+
+def check_buffer(arr, what, writeable=False):
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what} needs a numpy array, got {type(arr).__name__}")
+    if arr.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{what} does not support dtype {arr.dtype}; supported: {names}")
+    if writeable and not arr.flags.writeable:
+        raise ValueError(f"{what} writes into its buffer, but the array of shape {arr.shape} is read-only")
+
+
+def check_choice(value, choices, name, what):
+    if value not in choices:
+        raise ValueError(f"{what}: {name}={value!r} is not one of {choices}")
+
+
+def check_peer(peer, size, name, what):
+    if not isinstance(peer, (int, np.integer)) or not 0 <= peer < size:
+        raise ValueError(f"{what}: {name}={peer!r} is out of range for a group of size {size}")
+
+
+def check_tag(tag, what):
+    if not isinstance(tag, (int, np.integer)) or not 0 <= tag < TAG_UB:
+        raise ValueError(f"{what}: tag={tag!r} must be an int in [0, {TAG_UB})")
+
+
+def check_axis(axis, ndim, what):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{what}: axis={axis!r} is out of range for an array with {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def check_message(buf, shape, dtype, src, tag):
+    """The receive side's check, shared by both backends: the message must fit the buffer exactly."""
+    if tuple(shape) != buf.shape or np.dtype(dtype) != buf.dtype:
+        raise ValueError(
+            f"recv: the message from rank {src} (tag {tag}) has shape {tuple(shape)} and dtype {np.dtype(dtype)}, "
+            f"but the receive buffer has shape {buf.shape} and dtype {buf.dtype}")
+
+
+def check_same_call(calls, size):
+    """Every rank of a group must make the same collective call: calls maps rank -> (kind, signature dict).
+    Shared by the threads backend (always) and the MPI backend (under PARALLEL_DEBUG=1)."""
+    kinds = {r: kind for r, (kind, _) in calls.items()}
+    if len(set(kinds.values())) > 1:
+        called = ", ".join(f"rank {r} called {k}" for r, k in sorted(kinds.items()))
+        raise ValueError(f"collective mismatch in a group of size {size}: {called}")
+    signatures = {r: sorted(signature.items()) for r, (_, signature) in calls.items()}
+    if any(signature != signatures[0] for signature in signatures.values()):
+        described = "; ".join(f"rank {r}: {dict(sig)}" for r, sig in sorted(signatures.items()))
+        raise ValueError(f"{kinds[0]} called with different arguments across ranks: {described}")
+
+
+def check_timeout(seconds, name="timeout"):
+    """A communication deadline in seconds: a positive number (`name` is the flag or variable it came from)."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{name}={seconds!r} must be a positive number of seconds")
+    return value
+
+
+def default_timeout():
+    """$PARALLEL_TIMEOUT seconds, else DEFAULT_TIMEOUT_S."""
+    return check_timeout(os.environ.get("PARALLEL_TIMEOUT", DEFAULT_TIMEOUT_S), "PARALLEL_TIMEOUT")
+
+
+def default_debug():
+    """$PARALLEL_DEBUG set to anything but '' or '0'."""
+    return os.environ.get("PARALLEL_DEBUG", "0") not in ("", "0")

@@ -1,0 +1,72 @@
+"""What a HybridGPT layout costs on this rank: memory held, communication counted, events.
+
+Measured, not modelled: bytes from the live arrays (each buffer once), calls and bytes from
+every group's counters, the pipeline's and the dp buckets' timed events. The planner's
+formulas are checked against these.
+"""
+from ..data_parallel.flat_units import held_bytes
+from ..pipeline.timeline import Event
+
+
+class LayoutAccounting:
+    """Mixed into HybridGPT; reads its mesh, stages, pipeline, amp, zero, optimizer,
+    dp_reducer, shardings, tied and parameters()."""
+
+    def events(self):
+        """The pipeline's actions of the last step and the dp buckets' communication spans
+        ("dp_bucket", numbered by bucket), on the pipeline's clock."""
+        buckets = []
+        if self.dp_reducer is not None and self.pipeline.events:
+            t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
+            buckets = [Event(rank, "dp_bucket", index, 0, start - t0, end - t0)
+                       for index, start, end in self.dp_reducer.spans if end is not None]
+        return self.pipeline.events + buckets
+
+    # --- what the layout costs -------------------------------------------------------
+
+    def memory_bytes(self):
+        """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
+        placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
+        ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
+        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
+        their gradients as gradients."""
+        params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
+        masters = self.amp.masters if self.amp.mixed and not buckets else []
+        master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
+                         b.compute_shard]
+        grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
+        return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
+                "grads": held_bytes(grads),
+                "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
+                + held_bytes([m.data for m in masters] + master_shards),
+                "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
+
+    def reset_memory_peak(self):
+        for sharding in self.shardings:
+            sharding.reset_peak()
+
+    def groups(self):
+        """The mesh's groups by name; under cp > 1 also cp (the ring) and dp_cp (the gradients);
+        with a tied embedding across pipeline ends, embedding (its two copies); under ZeRO-3
+        the copies of the replica group that the parameter gathers use."""
+        mesh = self.mesh
+        cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
+        tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
+        params = {f"dp-params.{i}": sharding.group for i, sharding in enumerate(self.shardings)}
+        return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied, **params}
+
+    def communication_stats(self):
+        """{(group name, kind): {calls, elements, bytes}} on this rank since the last reset.
+        A group of one rank is left out: its collectives move nothing. ZeRO-3's parameter
+        gathers (on copies of the dp group) count as dp."""
+        stats = {}
+        for name, group in self.groups().items():
+            for kind, counts in (group.stats().items() if group.size > 1 else ()):
+                into = stats.setdefault((name.split("-")[0], kind), dict.fromkeys(counts, 0))
+                for count, value in counts.items():
+                    into[count] += value
+        return stats
+
+    def reset_communication_stats(self):
+        for group in self.groups().values():
+            group.reset_stats()
