@@ -103,6 +103,12 @@ def test_reshape_and_permute(shape, seed, data):
     assert mt.gradcheck(lambda x: x.T * 1.0, x)
 
 
+def test_permute_backward_applies_the_inverse_permutation():
+    # (1, 2, 0) is not its own inverse, unlike every swap of two axes: backward must use (2, 0, 1)
+    x = leaf(np.random.default_rng(0), (2, 3, 4))
+    assert mt.gradcheck(lambda x: x.permute(1, 2, 0) * mt.tensor(np.arange(24.0).reshape(3, 4, 2)), x)
+
+
 @given(seed=seeds, axes=st.tuples(st.integers(-3, 2), st.integers(-3, 2)))
 def test_swapaxes_and_transpose(seed, axes):
     x = leaf(np.random.default_rng(seed), (2, 3, 1))

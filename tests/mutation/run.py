@@ -15,8 +15,9 @@ with a per-mutant timeout. One line per mutant:
                               ambiguous): update `original` in mutants.toml
     ERROR / TIMEOUT           pytest could not run the tests, or did not finish
 
-The exit status is 0 only if every mutant was caught. The suite does not run this
-(it takes minutes); tests/mutation/test_mutants.py checks that the data is well-formed.
+The exit status is 0 only if every mutant was caught. The suite does not run this (it
+takes minutes; CI runs it after the suite, .ci/run); tests/mutation/test_mutants.py checks
+that the data is well-formed and live.
 """
 import argparse
 import os

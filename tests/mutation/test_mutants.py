@@ -20,12 +20,17 @@ AREAS = ["minitensor/autograd.py", "minitensor/ops.py", "minitensor/nn/functiona
          "parallel/data_parallel/zero.py", "parallel/tensor_parallel/mappings.py", "parallel/tensor_parallel/layers.py",
          "parallel/tensor_parallel/vocab.py", "parallel/pipeline/schedules.py", "parallel/pipeline/executor.py",
          "parallel/pipeline/checker.py", "parallel/checkpoint/", "parallel/plan/", "parallel/train/loop.py",
-         "parallel/hybrid/gpt.py", "parallel/data_parallel/reducer.py", "parallel/tensor_parallel/model.py"]
+         "parallel/hybrid/gpt.py", "parallel/data_parallel/reducer.py", "parallel/tensor_parallel/model.py",
+         "parallel/data_parallel/comm_hooks/", "parallel/data_parallel/local_sgd.py",
+         "parallel/data_parallel/parameter_server.py", "parallel/data_parallel/gather_order.py",
+         "parallel/data_parallel/flat_units.py", "parallel/hybrid/zero_units.py", "parallel/alpha_beta.py",
+         "parallel/comm/link.py", "parallel/pipeline/zero_bubble.py", "parallel/pipeline/registry.py",
+         "minitensor/amp.py", "minitensor/checkpoint.py", "parallel/context_parallel/", "minitensor/graph/"]
 
 
-def test_at_least_40_mutants_with_unique_names_cover_every_mechanism():
+def test_at_least_100_mutants_with_unique_names_cover_every_mechanism():
     names = [m["name"] for m in MUTANTS]
-    assert len(names) >= 40 and len(set(names)) == len(names)
+    assert len(names) >= 100 and len(set(names)) == len(names)
     for area in AREAS:
         assert any(m["file"].startswith(area) for m in MUTANTS), f"no mutant in {area}"
 

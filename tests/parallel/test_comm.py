@@ -267,6 +267,8 @@ def test_stats_follow_the_documented_cost_model():
     (lambda g: g.send(np.zeros(3), dst=-1), ValueError, "dst=-1 is out of range for a group of size 2"),
     (lambda g: g.recv(np.zeros(3), src=5), ValueError, "src=5 is out of range"),
     (lambda g: g.send(np.zeros(3), dst=1, tag=-3), ValueError, "tag=-3"),
+    # the top tag is the ring all-reduce's own (comm/checks.py RING_TAG): a user's message must not match it
+    (lambda g: g.send(np.zeros(3), dst=1, tag=32767), ValueError, r"tag=32767 must be an int in \[0, 32767\)"),
     (lambda g: g.reduce_scatter(np.zeros((3, 4))), ValueError, r"shape \(3, 4\) has 3 entries along axis 0, "
                                                                 "not divisible by the group size 2"),
     (lambda g: g.all_gather(np.zeros((3, 4)), axis=2), ValueError, "axis=2 is out of range"),

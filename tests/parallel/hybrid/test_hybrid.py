@@ -77,6 +77,14 @@ def test_sequence_parallel_with_pipeline_and_checkpointing():
     check_layout(spec, tiny_config(spec), micro_batch=2, seq=6, accumulate=1, seed=6, steps=2)
 
 
+@pytest.mark.parametrize("zero", [2, 3])
+def test_zero_2_3_reduce_scatter_sequence_parallel_gradients_only_after_their_tp_sum(zero):
+    # A LayerNorm's gradient under SP is partial on each tp rank until the stage's tp sum after the
+    # schedule: its unit must not start its reduce-scatter in backward, however final it looks.
+    spec = layout(dp=2, tp=2, microbatches=2, sequence_parallel=True, zero=zero)
+    check_layout(spec, tiny_config(spec), micro_batch=1, seq=4, accumulate=1, seed=8, steps=2)
+
+
 def test_each_rank_holds_its_stage_and_shard_under_single_device_names():
     spec = layout(tp=2, pp=2, chunks=2, schedule="interleaved", microbatches=2)
     config = tiny_config(spec, n_layer=4)

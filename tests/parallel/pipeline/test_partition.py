@@ -48,6 +48,12 @@ def test_parameter_balance_splits_equal_blocks_evenly_and_time_balance_is_valid(
     assert sum(balance) == 6 and len(balance) == 3 and min(balance) >= 1
 
 
+def test_parameter_balance_weighs_the_embedding_and_the_head_on_the_end_stages():
+    mt.manual_seed(0)  # a vocabulary of 1000 over d_model 8: each end holds ten blocks' worth of parameters
+    heavy_ends = GPT(GPTConfig(vocab_size=1000, block_size=5, n_layer=6, n_head=2, d_model=8))
+    assert balance_by_parameters(heavy_ends, 3) == [1, 4, 1]
+
+
 @given(n_layer=st.integers(1, 5), data=st.data(), seed=seeds)
 def test_stages_hold_the_dense_parameters_under_dense_names_and_compose_to_the_dense_loss(n_layer, data, seed):
     num_stages = data.draw(st.integers(1, n_layer))
