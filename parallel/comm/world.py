@@ -3,8 +3,7 @@
 import sys
 
 from .. import launch
-from . import threads
-from .threads import run_threads
+from .threads import current_group, run_threads, single_rank_group
 
 _mpi_world = None
 _single_world = None
@@ -22,7 +21,7 @@ def world(timeout=None, debug=None):
 
 def _find_world():
     global _mpi_world, _single_world
-    group = threads.current_group()
+    group = current_group()
     if group is not None:
         return group
     if launch.launched_by_mpiexec() or "mpi4py.MPI" in sys.modules:
@@ -31,7 +30,7 @@ def _find_world():
             _mpi_world = comm_world()
         return _mpi_world
     if _single_world is None:
-        _single_world = threads.single_rank_group()
+        _single_world = single_rank_group()
     return _single_world
 
 
