@@ -196,8 +196,9 @@ class MixedPrecision:
         self.skipped = 0  # steps skipped for an inf/nan gradient
 
     def hand_over_masters(self, sharded_grads):
-        """ZeRO-2/3 (parallel.data_parallel.fully_sharded): each rank now keeps 1/n of the float32 masters as
-        flat chunks, which the sharded optimizer steps and rounds into the compute copies;
+        """ZeRO-2/3 (parallel.data_parallel.flat_units.shard_masters): each rank now keeps 1/n
+        of the float32 masters as flat chunks, which the sharded optimizer steps and rounds
+        into the compute copies;
         the whole masters go. The parameters themselves stand for the masters by name (a
         gather fills their .data with the masters' values); `sharded_grads()` returns the
         masters' gradient chunks the scaler unscales; grads_to_master, masters_to_params

@@ -5,7 +5,7 @@
 
 For a small and a medium config it prints the median ms/step, tokens/s, the
 share of the step spent inside matrix products (the `MatMul` and `Linear`
-Functions' forward and backward, timed by `matmul_timer`), the model FLOPs
+Functions' forward and backward, timed by `bench_timing.matmul_timer`), the model FLOPs
 utilisation and the peak memory of a step. If PyTorch is installed it also times
 the same architecture in PyTorch eager on the CPU, with torch's thread count set to
 numpy's BLAS thread count, and prints the ratio (the median over rounds of each round's

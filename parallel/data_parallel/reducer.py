@@ -181,7 +181,7 @@ class ShardedReducer(Reducer):
     gradients are reduced and kept in (default the parameters'; float32 for a 16-bit model:
     the kept chunk is then the float32 masters' gradient).
 
-    A bucket also carries the parameter chunks ZeRO keeps (fully_sharded.py): `param_shard`,
+    A bucket also carries the parameter chunks ZeRO keeps (flat_units.py): `param_shard`,
     the chunk the optimizer steps (the float32 masters under a mixed policy; stage 2 with
     one dtype keeps none: the full parameters are the truth), and under stage 3
     `compute_shard`, the chunk the forward gathers (the same array, or its 16-bit copy)."""

@@ -21,7 +21,7 @@ unit is all-gathered for each micro-batch's forward and backward and freed after
 BERT's MLM head, which reads the tied token embedding's weight, gathers that unit too:
 the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking)
 inside backward, as soon as its gradients are final, and all are finished at the end of
-each global batch (hybrid_zero.py, `UnitShards`).
+each global batch (zero_units.py, `UnitShards`).
 
 Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
