@@ -76,13 +76,20 @@ def begin_save(root, step):
     return tmp
 
 
-def commit_save(tmp, step, keep):
-    """Rank 0, after every shard and the manifest are durable: publish, point latest, prune."""
+def commit_save(tmp, step, keep, replace_after=None):
+    """Rank 0, after every shard and the manifest are durable: publish, point latest, prune.
+    `replace_after=S`: the checkpoints newer than S were another run's; with this one
+    published (an older one of the same step moved aside first), they are deleted."""
     tmp = Path(tmp)
     root, final = tmp.parent, tmp.with_suffix("")
+    replaced = [path for _, path in checkpoints_after(root, replace_after)] if replace_after is not None else []
+    if final in replaced:
+        replaced[replaced.index(final)] = final.rename(final.with_name(final.name + ".replaced"))
     os.rename(tmp, final)
     fsync_dir(root)
     point_latest(root, final.name)
+    for path in replaced:
+        shutil.rmtree(path)
     prune(root, step, keep)
     return final
 
@@ -140,20 +147,6 @@ def checkpoints_after(root, step):
     """[(step, path)] of the complete checkpoints in root newer than `step`."""
     root = Path(root)
     return [(s, path) for s, path in complete_steps(root) if s > step] if root.is_dir() else []
-
-
-def remove_after(root, step):
-    """Delete the checkpoints in root newer than `step`, and point `latest` at the newest one
-    left (or remove it if none is). Returns the removed paths."""
-    removed = [path for _, path in checkpoints_after(root, step)]
-    for path in removed:
-        shutil.rmtree(path)
-    left = complete_steps(root)
-    if left:
-        point_latest(root, left[-1][1].name)
-    else:
-        Path(root, LATEST).unlink(missing_ok=True)
-    return removed
 
 
 def resolve(path):

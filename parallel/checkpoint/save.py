@@ -57,20 +57,23 @@ def write_shard(path, params, moments, rng_json, states):
     write_durably(path, lambda f: np.savez(f, **arrays))
 
 
-def save_checkpoint(directory, model, *, step, extra=None, keep=2):
+def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after=None):
     """Save the `ParallelModel` `model` (its parameters, its optimizer's state, its random
     streams) after `step` as DIR/step_XXXXXX (collective: every rank calls it).
 
     The manifest keeps model.config (checked on resume), model.layout() and `extra`
     (a JSON-able dict: the data sampler's state, ...). The newest `keep` complete
-    checkpoints are kept. Returns the step directory's Path.
+    checkpoints are kept. `replace_after=S`: the checkpoints in DIR newer than S are another
+    run's, which this one replaces (--overwrite); they are deleted once this save is
+    published, not before. Returns the step directory's Path.
     """
     if keep < 1:  # checked on every rank, before any rank writes
         raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
     mesh, optimizer = model.mesh, model.optimizer
     world, root = mesh.world, Path(directory)
     final = root / step_name(step)
-    if final.exists():  # checked on every rank, so every rank raises
+    replacing = replace_after is not None and step > replace_after
+    if final.exists() and not replacing:  # checked on every rank, so every rank raises
         raise CheckpointError(f"checkpoint {final} already exists; save step {step} elsewhere or remove it")
     tmp = root / (step_name(step) + ".tmp")
     began = attempt(lambda: str(begin_save(root, step))) if world.rank == 0 else None
@@ -96,7 +99,7 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2):
 
         def publish():
             write_manifest(tmp, manifest)
-            commit_save(tmp, step, keep)
+            commit_save(tmp, step, keep, replace_after)
         outcome = attempt(publish)
     fail_together(all_gather_json(world, outcome), tmp, world)  # also: nobody returns before publication
     return final

@@ -70,9 +70,22 @@ class Group:
     def __init__(self, rank, size):
         self.rank = rank
         self.size = size
-        self.timeout = default_timeout()
+        self._timeout = None  # read from $PARALLEL_TIMEOUT when first needed, unless configure() set it
         self.debug = default_debug()
         self._stats = {}
+
+    @property
+    def timeout(self):
+        """Seconds a rank waits for another before CommTimeout: configure(timeout=...) (the
+        programs' --timeout) wins; else $PARALLEL_TIMEOUT, else 300. Read only when first
+        needed, so a bad $PARALLEL_TIMEOUT does not matter when --timeout is given."""
+        if self._timeout is None:
+            self._timeout = default_timeout()
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, seconds):
+        self._timeout = seconds
 
     def __repr__(self):
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"

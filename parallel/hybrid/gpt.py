@@ -253,15 +253,21 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
                 self.dp_reducer.finish()
         self.synced = True
 
-    def optimizer_step(self):
-        """Finish the gradient sync, step the optimizer, zero the gradients."""
+    def optimizer_step(self, after=None):
+        """Finish the gradient sync, step the optimizer, zero the gradients. `after(update)`, if
+        given, is called after each update that stepped: "inner" (AdamW's) and "outer" (DiLoCo's,
+        on the steps it syncs); the training loop checks there that the numbers stayed finite."""
         if self.optimizer is None:
             raise RuntimeError("optimizer_step() before configure_optimizer()")
         self.finish_grad_sync()
         stepped = self.amp.step(self.optimizer)  # skipped on every rank if any rank's gradients overflowed
-        if stepped and self.outer is not None:
-            self.outer.step()  # every local_steps-th step: the dp average of the pseudo-gradients
+        if stepped and after is not None:
+            after("inner")
+        synced = stepped and self.outer is not None and self.outer.step()  # every local_steps-th step
+        if synced:  # the dp average of the pseudo-gradients moved the masters
             self.amp.masters_to_params()
+            if after is not None:
+                after("outer")
         self.zero_grad()
 
     def zero_grad(self):

@@ -17,7 +17,8 @@ from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
 from .errors import configure_world, seconds
 from .flag_checks import check_args
-from .loop import TrainingStopped, train
+from .finite import TrainingStopped
+from .loop import model_config, train
 from .preflight import check_outputs
 from .task import make_task, task_defaults
 
@@ -34,15 +35,18 @@ EXAMPLES = """examples:
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
 deleted. DIR must hold no checkpoint, unless this run resumes from DIR's own step S and
-DIR holds none newer than S; --overwrite deletes those in the way before training.
-A save that fails removes its partial step_N.tmp and stops the run, naming the last good
-checkpoint. --resume DIR continues up to --steps in total (which must exceed its step).
+DIR holds none newer than S; --overwrite lets the run replace those in the way, deleting
+them only once it has saved its own first checkpoint. A save that fails removes its
+partial step_N.tmp and stops the run, naming the last good checkpoint. --resume DIR
+continues up to --steps in total (which must exceed its step), and must be of this
+model, --dtype and --local-steps (checked before anything is built).
 Under --local-steps a checkpoint (at any step, between outer steps too) holds every
 replica's own parameters and AdamW moments and the outer optimizer's anchor and momentum:
 it resumes exactly, with --local-steps, in the layout it was saved in.
 
-exit status: 0 done; 1 a save failed, or the loss or gradient norm was not finite (the
-run stops at that step on every rank); 2 bad flags or destinations, before any training.
+exit status: 0 done; 1 a save failed, or the loss, a gradient, a weight or an optimizer
+state was not finite (the run stops at that step on every rank, and nothing of that step
+is saved); 2 bad flags, destinations or $PARALLEL_TIMEOUT, before any training.
 """
 
 
@@ -114,7 +118,8 @@ def build_parser():
     out.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: at the end)")
     out.add_argument("--log-every", type=int, metavar="N", help="progress line every N steps")
     out.add_argument("--timeout", type=seconds, metavar="SECONDS",
-                     help="end the job when a rank waits this long for another (default $PARALLEL_TIMEOUT or 300)")
+                     help="end the job when a rank waits this long for another (default: $PARALLEL_TIMEOUT, else 300; "
+                          "this flag wins over the variable)")
     out.add_argument("--debug", action="store_true",
                      help="tracebacks for every error; under MPI, check every collective matches across ranks")
     return p
@@ -146,7 +151,10 @@ def fill_defaults(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    launched = configure_world(args)
+    try:
+        launched = configure_world(args)
+    except ValueError as exc:  # a bad $PARALLEL_TIMEOUT, read only when --timeout is not given
+        parser.exit(2, f"{parser.prog}: error: {exc}; fix it, or pass --timeout SECONDS, which wins over it\n")
     if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
     prefix = f"{parser.prog}: error: " + (f"rank {launched.rank}: " if launched.size > 1 else "")
@@ -154,12 +162,13 @@ def main(argv=None):
     try:
         fill_defaults(args)
         check_args(args, args.threads or launched.size)
-        make_task(args)  # the task's own checks: --digits in range, a readable --data file
-        for path in check_outputs(args, launched.rank):  # last: with --overwrite it deletes
-            print(f"--overwrite: deleted {path}", flush=True)
+        task = make_task(args)  # the task's own checks: --digits in range, a readable --data file
+        notices = check_outputs(args, model_config(args, task))
     except (ValueError, OSError) as exc:
         error = f"{prefix}{exc}\n"
     exit_together(parser, launched, 2, error)
+    for notice in notices if launched.rank == 0 else []:
+        print(notice, flush=True)
     try:
         if args.threads:
             return run_threads(args.threads, train, args)[0]

@@ -1,5 +1,8 @@
-"""Every flag of `python -m parallel.train` checked before any work: alone (RANGES) and in
-combination (check_args), each error one message that names the values."""
+"""Every flag of `python -m parallel.train` checked before any work: alone (RANGES), against
+the training dtype (FLOAT_FLAGS) and in combination (check_args), each error one message
+that names the values."""
+import numpy as np
+
 from minitensor.amp import precision_policy
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
@@ -8,9 +11,23 @@ from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
-                            "n_head", "d_model", "block_size", "threads", "check"), AT_LEAST_1),
-          "lr": POSITIVE, "weight_decay": NON_NEGATIVE,
-          **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every"), AT_LEAST_0)}
+                            "n_head", "d_model", "block_size", "threads", "check", "local_steps"), AT_LEAST_1),
+          "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
+          "outer_momentum": ("a finite number in [0, 1)", lambda v: 0 <= v < 1),
+          **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every", "async_staleness"),
+                        AT_LEAST_0)}
+FLOAT_FLAGS = ("lr", "weight_decay", "outer_lr", "outer_momentum")  # every float the optimizers multiply by
+
+
+def check_float_range(args):
+    """A float flag finite as a Python float can still overflow the training dtype: --lr 1e39 is
+    inf in float32, and its first step makes every weight inf. Refuse it, naming the largest value."""
+    largest = np.finfo(args.dtype).max
+    for name in FLOAT_FLAGS:
+        value = getattr(args, name)
+        if value is not None and abs(value) > float(largest):
+            raise ValueError(f"--{name.replace('_', '-')}={value} is out of range for the training dtype "
+                             f"{args.dtype} (largest {largest:.3g}); give a value below it")
 
 
 def check_args(args, world_size):
@@ -18,6 +35,7 @@ def check_args(args, world_size):
     message = bad_flag(args, RANGES)
     if message:
         raise ValueError(message)
+    check_float_range(args)
     server = args.async_staleness is not None  # --async-staleness: one more rank, the parameter server
     layout = args.dp * args.tp * args.pp * args.cp + server
     if layout != world_size:
@@ -38,8 +56,7 @@ def check_args(args, world_size):
         try:
             check_sequence_length(args.block_size, args.cp, args.cp_layout)
         except ValueError as error:
-            raise ValueError(f"--cp {args.cp} --cp-layout {args.cp_layout}: {error} "
-                             f"(addition: the length is 3·digits + 2; try --digits 2)") from None
+            raise ValueError(f"--cp {args.cp} --cp-layout {args.cp_layout}: {error} ({length_hint(args)})") from None
         if args.cp_comm_type == "a2a" and args.n_head // args.tp % args.cp:
             raise ValueError(f"--cp-comm-type a2a needs the heads per tp rank, --n-head {args.n_head} / --tp "
                              f"{args.tp} = {args.n_head // args.tp}, divisible by --cp {args.cp}")
@@ -48,7 +65,7 @@ def check_args(args, world_size):
                              f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")
     if args.sequence_parallel and args.block_size % args.tp:
         raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
-                         f"--tp {args.tp} (addition: the length is 3·digits + 2; try --digits 2)")
+                         f"--tp {args.tp} ({length_hint(args)})")
     if args.pp * args.chunks > args.n_layer:
         raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
                          f"got {args.n_layer}")
@@ -68,21 +85,22 @@ def check_args(args, world_size):
         raise ValueError("--overwrite needs --save DIR")
 
 
+def length_hint(args):
+    """Which flag sets the sequence length of this run's task."""
+    if args.data:
+        return "on --data the length is --block-size; choose another"
+    return "addition: the length is 3·digits + 2; try --digits 2"
+
+
 def check_communication_args(args):
     """--link, --compress, --local-steps and the outer optimizer's flags, alone and together."""
     if args.link is not None:
         parse_link(args.link)
     compress = make_hook(args.compress) is not None
-    if args.local_steps is not None and args.local_steps < 1:
-        raise ValueError(f"--local-steps={args.local_steps} must be ≥ 1")
     outer = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("outer_lr", "outer_momentum")
              if getattr(args, name) is not None]
     if outer and args.local_steps is None:
         raise ValueError(f"{' and '.join(outer)} set DiLoCo's outer optimizer, which needs --local-steps H")
-    if args.outer_lr is not None and not args.outer_lr > 0:
-        raise ValueError(f"--outer-lr={args.outer_lr} must be a number > 0")
-    if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
-        raise ValueError(f"--outer-momentum={args.outer_momentum} must be in [0, 1)")
     if args.async_staleness is not None:
         check_parameter_server_args(args, compress)
     for flag, on in ((f"--compress {args.compress}", compress), (f"--local-steps {args.local_steps}",
@@ -104,8 +122,6 @@ def check_communication_args(args):
 def check_parameter_server_args(args, compress):
     """--async-staleness runs the dense model on dp workers: no other layout or communication flag."""
     flag = f"--async-staleness {args.async_staleness}"
-    if args.async_staleness < 0:
-        raise ValueError(f"{flag} must be ≥ 0")
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
               f"--zero {args.zero}" if args.zero else None,

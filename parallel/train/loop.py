@@ -20,6 +20,8 @@ from ..mesh import Mesh
 from . import report
 from .check import TOLERANCES, SingleDeviceCheck
 from .errors import configure_world
+from .finite import check_finite, check_state_finite
+from .preflight import in_the_way_after
 from .task import evaluate, global_batch, make_task, sample
 
 
@@ -29,10 +31,15 @@ def learning_rate(args, step):
     return args.lr * warmup * 0.5 * (1 + math.cos(math.pi * step / args.steps))
 
 
-def build(args, task, group):
+def model_config(args, task):
+    """The config of the model the flags describe (the start-up checks compare a --resume checkpoint's with it)."""
     sizes = dict(vocab_size=task.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                  n_head=args.n_head, d_model=args.d_model)
-    config = BertConfig(**sizes, sep_id=SEP) if args.model == "bert" else GPTConfig(**sizes)
+    return BertConfig(**sizes, sep_id=SEP) if args.model == "bert" else GPTConfig(**sizes)
+
+
+def build(args, task, group):
+    config = model_config(args, task)
     mt.manual_seed(args.seed)
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
@@ -49,29 +56,6 @@ def build(args, task, group):
     return model
 
 
-class TrainingStopped(RuntimeError):
-    """The run cannot go on (the loss or a gradient is not finite); raised on every rank alike."""
-
-
-def check_finite(model, loss, step, losses, group):
-    """Stop at `step`, on every rank, if the loss or any rank's synced gradient is not finite.
-    Each rank flags its own; a MAX all-reduce over the world makes every rank see any flag
-    (no rank is left waiting in the next collective). Checked before the optimizer step, so
-    the weights stay those of the last finite step. Under loss scaling (fp16) an inf/nan
-    gradient is no error: the scaler skips that step and lowers the scale."""
-    grads_finite = model.amp.scaler.enabled or all(np.isfinite(p.grad).all() for _, p in model.named_master_parameters()
-                                                   if p.grad is not None)
-    flags = np.array([not math.isfinite(loss), not grads_finite], dtype=np.int64)
-    bad_loss, bad_grad = group.all_reduce(flags, op="max")
-    if bad_loss or bad_grad:
-        what = (f"the loss is not finite ({loss})" if bad_loss else
-                "the gradient norm is not finite (a gradient holds inf or nan)")
-        last = (f"the last finite loss was {losses[-1]:.6g} at step {step - 1}" if losses else
-                "no step of this run finished before it")
-        raise TrainingStopped(f"step {step}: {what}; stopped before its optimizer step ({last}); "
-                              f"try a smaller --lr or a longer --warmup")
-
-
 def say(group, text):
     if group.rank == 0 and text:
         print(text, flush=True)
@@ -86,10 +70,12 @@ def train(args):
     task = make_task(args)
     model = build(args, task, group)
     checker = SingleDeviceCheck(model, args, group) if args.check else None
-    first = 1
+    first, last_good = 1, "no checkpoint of this run was saved before it"
     if args.resume:
         from ..checkpoint import load_checkpoint  # imported only when used: plain training does without it
-        first = load_checkpoint(args.resume, model)["step"] + 1
+        resumed = load_checkpoint(args.resume, model)
+        first, last_good = resumed["step"] + 1, f"the last good checkpoint is {resumed['path']}, resumed"
+    replace_after = in_the_way_after(args) if args.overwrite else None  # until the first save (preflight.py)
     say(group, report.startup_summary(args, model, group))
     if first > 1:
         say(group, f"resumed from {args.resume} after step {first - 1}")
@@ -99,7 +85,7 @@ def train(args):
     for step in range(first, args.steps + 1):
         checking = checker if checker and step < first + args.check else None
         step_start = time.perf_counter()
-        loss, step_stats = train_one_step(args, model, task, step, checking, group, losses)
+        loss, step_stats = train_one_step(args, model, task, step, checking, group, losses, last_good)
         step_seconds = time.perf_counter() - step_start
         losses.append(loss)
         done = step - first + 1
@@ -110,18 +96,22 @@ def train(args):
             say(group, metric and f"step {step}: {metric[0]}: {metric[1]:.4f}")
         if args.save and ((args.save_every and step % args.save_every == 0) or step == args.steps):
             from ..checkpoint import save_checkpoint  # (as load_checkpoint above)
-            save_checkpoint(args.save, model, step=step, extra={"args": vars(args)})
+            saved = save_checkpoint(args.save, model, step=step, extra={"args": vars(args)},
+                                    replace_after=replace_after)
+            last_good, replace_after = f"the last good checkpoint is {saved}", None
     if model.outer is not None and model.outer.inner_steps:
         model.outer.sync()  # the replicas agree before evaluation
+        check_state_finite(model, "outer", args.steps, group, last_good)
     if args.link and first <= args.steps:
         say(group, "\n".join(report.link_lines(step_stats, parse_link(args.link), step_seconds)))
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 
-def train_one_step(args, model, task, step, checking, group, losses):
+def train_one_step(args, model, task, step, checking, group, losses, last_good):
     """One optimizer step over --accumulate global batches; returns (mean loss, this step's
     communication). `checking`: the SingleDeviceCheck to run this step, or None; `losses`:
-    those of the steps before (for the message if this one is not finite)."""
+    those of the steps before and `last_good` where the last checkpoint is (for the message
+    if this step's numbers are not finite)."""
     lr = learning_rate(args, step)
     model.optimizer.defaults["lr"] = lr
     batches = [global_batch(task, args, step, k) for k in range(args.accumulate)]
@@ -129,11 +119,12 @@ def train_one_step(args, model, task, step, checking, group, losses):
     loss = float(np.mean([model.train_step(idx, targets) for idx, targets in batches]))
     model.finish_grad_sync()
     sync_stats = model.communication_stats()  # before --check's gathers, which are not part of training
-    check_finite(model, loss, step, losses, group)
+    check_finite(model, loss, step, losses, group, last_good)
     if checking is not None:
         say(group, checking.check_step(model, batches, loss, step, lr))
     model.reset_communication_stats()
-    model.optimizer_step()  # ZeRO's reduce-scatter and all-gather happen here
+    # ZeRO's reduce-scatter and all-gather happen here; after each update, the weights must be finite
+    model.optimizer_step(after=lambda update: check_state_finite(model, update, step, group, last_good))
     return loss, report.merge_stats(sync_stats, model.communication_stats())
 
 

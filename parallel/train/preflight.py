@@ -1,6 +1,9 @@
 """What must hold on disk before the first step: the checkpoint to resume, the --save
 directory, the --trace file. Each problem is a ValueError naming the flag, raised before
-any training, so a run never trains to the end to fail at its first write.
+any training (before any rank builds a model), so a run never trains to the end to fail at
+its first write, nor builds a model to find the checkpoint is of another.
+
+The checkpoint to resume must be of this run's model (its config), dtype and --local-steps.
 
 The rule for --save DIR (nothing good is ever deleted without being asked):
 
@@ -9,56 +12,91 @@ The rule for --save DIR (nothing good is ever deleted without being asked):
     step S (--resume DIR...)    clash with the steps this run writes, or be another run's)
     resuming from elsewhere     DIR must hold no checkpoint
 
---overwrite deletes the checkpoints that break the rule (all of DIR's, or those newer
-than S), on rank 0, before training. Pruning after a save then only ever sees this run's
-lineage (parallel/checkpoint/files.py: it never deletes a checkpoint newer than the one
-just written).
+--overwrite lets the run go on despite the checkpoints that break the rule (all of DIR's,
+or those newer than S); they are deleted only after this run has published its first
+checkpoint (parallel.checkpoint.save_checkpoint's replace_after), so a run that fails
+before that loses nothing. Pruning after a save then only ever sees this run's lineage
+(parallel/checkpoint/files.py: it never deletes a checkpoint newer than the one just written).
 """
 import os
 import tempfile
 from pathlib import Path
 
-from ..checkpoint.files import checkpoints_after, remove_after
+from ..checkpoint.files import checkpoints_after
+from ..checkpoint.manifest import check_config
 
 
-def check_outputs(args, rank):
-    """Check --resume, --save and --trace; with --overwrite, rank 0 deletes the checkpoints in
-    the way. Returns the deleted paths (on rank 0)."""
-    resumed_dir, start = resume_point(args)
-    removed = check_save_dir(args, resumed_dir, start, rank) if args.save else []
+def check_outputs(args, config):
+    """Check --resume against this run (its model `config`, dtype and flags), --save and --trace.
+    Returns the notices to print once: what --overwrite will replace, a precision that changed."""
+    manifest = resume_manifest(args, config)
+    notices = precision_notice(args, manifest)
+    if args.save:
+        notices += check_save_dir(args)
     if args.trace:
         check_trace(Path(args.trace))
-    return removed
+    return notices
 
 
-def resume_point(args):
-    """(step directory, step) of the --resume checkpoint (manifest checked), or (None, 0)."""
+def resume_manifest(args, config):
+    """The manifest of the --resume checkpoint, checked against this run, or None."""
     if not args.resume:
-        return None, 0
+        return None
     from ..checkpoint import open_manifest  # (as in loop.py: plain training does without it)
     step_dir, manifest = open_manifest(args.resume)
     step = manifest["step"]
     if step >= args.steps:
         raise ValueError(f"--resume {args.resume} is at step {step} and --steps={args.steps} is the total: "
                          f"nothing left to train (give --steps above {step})")
-    return step_dir, step
+    check_config(manifest, config, step_dir)
+    saved = {entry["dtype"] for entry in manifest["tensors"].values()}
+    if saved != {args.dtype}:
+        raise ValueError(f"--resume {step_dir} holds {', '.join(sorted(saved))} parameters, but this run's are "
+                         f"{args.dtype}: pass --dtype {min(saved)} (under --precision fp16/bf16 the masters are "
+                         f"float32)")
+    outer = manifest["optimizer"].get("outer")
+    if outer is not None and args.local_steps != outer["local_steps"]:
+        given = f"--local-steps {args.local_steps}" if args.local_steps is not None else "no --local-steps"
+        raise ValueError(f"--resume {step_dir} was saved by local SGD with --local-steps {outer['local_steps']}, "
+                         f"and this run has {given}: its replicas' states belong to that period; resume with "
+                         f"--local-steps {outer['local_steps']}")
+    return manifest
 
 
-def check_save_dir(args, resumed_dir, start, rank):
+def precision_notice(args, manifest):
+    """One line if the resumed run computed under another --precision (allowed: the masters are alike)."""
+    saved = (manifest or {}).get("extra", {}).get("args", {}).get("precision")
+    if saved is None or saved == args.precision:
+        return []
+    return [f"note: --resume {args.resume} was trained under --precision {saved}; this run continues under "
+            f"{args.precision}"]
+
+
+def in_the_way_after(args):
+    """The step after which --save DIR's checkpoints are in this run's way: the resumed step S
+    if the run continues DIR's own lineage, else -1 (all of them)."""
+    if not args.resume:
+        return -1
+    from ..checkpoint import open_manifest
+    step_dir, manifest = open_manifest(args.resume)
+    return manifest["step"] if step_dir.parent.resolve() == Path(args.save).resolve() else -1
+
+
+def check_save_dir(args):
     root = Path(args.save)
     if root.exists() and not root.is_dir():
         raise ValueError(f"--save {root} is a file, not a directory")
     probe_writable(root, "--save", create=True)
-    continuing = resumed_dir is not None and resumed_dir.parent.resolve() == root.resolve()
-    after = start if continuing else -1
-    clash = [path.name for _, path in checkpoints_after(root, after)]
+    after = in_the_way_after(args)
+    clash = [path for _, path in checkpoints_after(root, after)]
     if clash and not args.overwrite:
-        if continuing:
-            raise ValueError(f"--save {root} holds {', '.join(clash)}, newer than the resumed step {start}; "
-                             f"pass --overwrite to delete them first, or save elsewhere")
-        raise ValueError(f"--save {root} already holds checkpoints ({', '.join(clash)}); resume them with "
-                         f"--resume {root}, pass --overwrite to delete them first, or save elsewhere")
-    return remove_after(root, after) if clash and rank == 0 else []
+        names = ", ".join(path.name for path in clash)
+        if after >= 0:
+            raise ValueError(f"--save {root} holds {names}, newer than the resumed step {after}; "
+                             f"pass --overwrite to replace them, or save elsewhere")
+        raise ValueError(f"--save {root} already holds checkpoints ({names}); resume them with "
+                         f"--resume {root}, pass --overwrite to replace them, or save elsewhere")
+    return [f"--overwrite: {path} will be deleted once this run has saved its first checkpoint" for path in clash]
 
 
 def check_trace(path):

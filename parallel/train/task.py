@@ -43,10 +43,21 @@ def make_task(args):
     return task_class(args)(digits=args.digits, seed=args.seed)
 
 
+MAX_DATA_BYTES = 256 << 20  # char-level text for a model of this engine's size: far more than it can learn from
+
+
 def read_text(path):
-    """The --data file as text; a ValueError naming the flag and the file if it cannot be read."""
+    """The --data file as text; a ValueError naming the flag and the file if it is not a regular
+    file (/dev/zero would be read until memory runs out), is larger than MAX_DATA_BYTES, or
+    cannot be read."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"--data {path} is not a regular file; give a UTF-8 text file")
+    if path.is_file() and path.stat().st_size > MAX_DATA_BYTES:
+        raise ValueError(f"--data {path} has {path.stat().st_size:,} bytes, more than the {MAX_DATA_BYTES >> 20} MiB "
+                         f"this char-level task reads; give a smaller file (e.g. its first {MAX_DATA_BYTES >> 20} MiB)")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"--data {path} is not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset "
                          f"{error.start} ({error.reason}); give a UTF-8 text file") from None

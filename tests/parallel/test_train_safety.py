@@ -48,7 +48,8 @@ def test_a_shorter_run_into_an_earlier_runs_directory_is_refused_unless_overwrit
     assert "already holds checkpoints (step_000002, step_000004)" in err and "--overwrite" in err
     assert trained(out) == [] and tree(tmp_path) == before
     main(flags("--save", str(tmp_path), "--save-every", "1", "--overwrite"))
-    assert f"--overwrite: deleted {tmp_path / 'step_000002'}" in capsys.readouterr().out
+    assert (f"--overwrite: {tmp_path / 'step_000002'} will be deleted once this run has saved its first checkpoint"
+            in capsys.readouterr().out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000001", "step_000002"]
     assert (tmp_path / "latest").read_text().strip() == "step_000002"
 
@@ -153,7 +154,7 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_on_every_rank(lr, wh
                            "--weight-decay", "0", steps=6),
                      capsys, code=1)
     last = int(what.split()[1][:-1]) - 1
-    assert what in err and "the last finite loss was" in err and f"at step {last})" in err
+    assert what in err and "the last finite loss was" in err and f"at step {last}; no checkpoint of this run was saved before it)" in err
     assert trained(out) == [str(s) for s in range(1, last + 1)]
 
 
