@@ -218,14 +218,16 @@ class MixedPrecision:
 
     def grads_to_master(self, divisor=1):
         """Each parameter's gradient / divisor into its master's .grad, in the master dtype
-        (the float16 → float32 cast is exact; the division happens in float32)."""
+        (the float16 → float32 cast is exact; the division happens in float32); into the
+        master's place in the optimizer's flat gradient (flat_params) once it has one, so the
+        master gradient is held once, not a fresh copy beside the flat one."""
         if self.sharded_grads is not None:  # the sharded reducer wrote the masters' gradient chunks
             return
         for p, m in zip(self.params, self.masters):
             if p.grad is None:
                 m.grad = None
             elif self.mixed:
-                m.grad = np.divide(p.grad, divisor, dtype=self.policy.master_dtype)
+                m.grad = np.divide(p.grad, divisor, dtype=self.policy.master_dtype, out=m._grad_slot)
             elif divisor != 1:
                 p.grad /= divisor
 

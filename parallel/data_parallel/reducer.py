@@ -3,7 +3,10 @@
     pack     copy each parameter's .grad into one flat buffer per bucket (no grad: zeros)
     start    begin the bucket's all-reduce, non-blocking
     wait     finish it
-    unpack   write buffer / divisor back into each .grad
+    unpack   write buffer / divisor back into each .grad, and drop the buffer
+
+A bucket's flat buffer is made for its round and dropped after it: between steps a rank
+holds its gradients once (in .grad), not a second time in flat copies.
 
 One collective per bucket instead of one per parameter, and a bucket can travel
 while backward is still computing the gradients of the next ones. What "start" does is
@@ -40,14 +43,30 @@ def assign_buckets(params, bucket_bytes):
 class Bucket:
     """Parameters laid end to end in one flat buffer of `length` elements (default: just
     enough; a longer buffer is zero-padded at the end, as ZeRO needs for equal chunks) of
-    `dtype` (default: the parameters'; a 16-bit model's gradients are reduced in float32)."""
+    `dtype` (default: the parameters'; a 16-bit model's gradients are reduced in float32).
+
+    The buffer is a transient copy: the reducers and ZeRO-1 drop it (`buffer = None`) once
+    their collective is done and `allocate()` a fresh one for the next, so between steps
+    no rank holds a flat copy of its gradients (DeepSpeed frees its flat gradient buffers
+    alike). A Bucket made by hand starts with one."""
 
     def __init__(self, params, length=None, dtype=None):
         self.params = list(params)
         ends = np.cumsum([p.size for p in self.params])
         self.slices = [slice(end - p.size, end) for p, end in zip(self.params, ends)]
         self.numel = int(ends[-1])
-        self.buffer = np.zeros(self.numel if length is None else length, dtype or self.params[0].dtype)
+        self.length, self.dtype = self.numel if length is None else length, np.dtype(dtype or self.params[0].dtype)
+        self.allocate()
+
+    def allocate(self):
+        """A fresh flat buffer of zeros (the padding stays zero)."""
+        self.buffer = np.zeros(self.length, self.dtype)
+        return self.buffer
+
+    @property
+    def nbytes(self):
+        """Bytes of the flat buffer while it exists."""
+        return self.length * self.dtype.itemsize
 
     def pack(self):
         """The gradients in the flat buffer (a parameter without a gradient counts as zeros)."""
@@ -99,6 +118,8 @@ class Reducer:
         self.group = group
         self.divisor = group.size if divisor is None else divisor
         self.buckets = [Bucket(ps, dtype=dtype) for ps in assign_buckets(params, bucket_mb * MIB)]
+        for bucket in self.buckets:
+            bucket.buffer = None  # made by start_next, dropped by finish: only while the bucket is in flight
         self.requests = []  # the all-reduces of buckets [0, len(requests)), in flight
         self.comm_hook = allreduce_hook
         self.spans = []  # the last round's [bucket index, start, end] in time.perf_counter seconds
@@ -122,6 +143,7 @@ class Reducer:
         index = self.started
         self.note_start()
         bucket = self.buckets[index]
+        bucket.allocate()
         bucket.pack()
         self.requests.append(self.comm_hook(self.group, index, bucket))
 
@@ -138,6 +160,8 @@ class Reducer:
             bucket.unpack(self.divisor)
         self.requests = []
         # end exercise
+        for bucket in self.buckets:
+            bucket.buffer = None  # the means are in .grad: no flat copy of the gradients between steps
 
 
 def padded_length(numel, n):
@@ -192,7 +216,7 @@ class ShardedReducer(Reducer):
         self.buckets = [Bucket(ps, length=padded_length(sum(p.size for p in ps), group.size), dtype=dtype)
                         for ps in lists]
         for bucket in self.buckets:
-            bucket.shard_size = bucket.buffer.size // group.size
+            bucket.shard_size = bucket.length // group.size
             bucket.grad_shard = np.zeros(bucket.shard_size, bucket.buffer.dtype)
             bucket.param_shard = bucket.compute_shard = None
             bucket.buffer = None  # a flat buffer exists only while its reduce-scatter is in flight

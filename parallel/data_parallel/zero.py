@@ -11,6 +11,10 @@ keeps moments only for its chunk, 1/n of the optimizer state. One step:
     my chunk of params ──adamw_update (my chunk of the moments)──▶ updated chunk
     updated chunks ──all-gather──▶ every rank's full, identical parameters
 
+The flat vector and the averaged chunk live only during the step: between steps a rank
+holds its parameters, their gradients and 1/n of the moments, nothing else (as DeepSpeed
+frees its flat gradient partitions), which is what `param_bytes_per_rank` counts.
+
 A reduce-scatter plus an all-gather move exactly what one all-reduce moves, so ZeRO-1
 costs no extra communication. The arithmetic on each element is minitensor's own
 `adamw_update`, so the result equals AdamW on the averaged gradients.
@@ -62,7 +66,8 @@ class ZeroOptimizer(Optimizer):
             raise ValueError(f"ZeroOptimizer needs trainable parameters of one dtype, got {dtypes}")
         if stage == 1:
             bucket = Bucket(self.flat_params, length=padded_length(sum(p.size for p in self.flat_params), group.size))
-            bucket.shard_size = bucket.buffer.size // group.size
+            bucket.shard_size = bucket.length // group.size
+            bucket.buffer = None  # made in step() and dropped at its end: nothing flat between steps
             buckets = [bucket]
         self.buckets = buckets
         self.numel = sum(b.numel for b in buckets)
@@ -73,7 +78,6 @@ class ZeroOptimizer(Optimizer):
         self.step_count = 0
         self.exp_avg = np.zeros(self.shard_size, dtype)
         self.exp_avg_sq = np.zeros(self.shard_size, dtype)
-        self.grad_shard = None  # stage 1: the averaged gradient of this rank's chunk, after step()
 
     @property
     def start(self):
@@ -94,15 +98,17 @@ class ZeroOptimizer(Optimizer):
         d = self.defaults
         for bucket, state in zip(self.buckets, self.state_slices):
             if self.stage == 1:
+                bucket.allocate()
                 # exercise 04.4: the ZeRO-1 step
                 # hint: reduce-scatter the packed gradients and divide by the group size; update this rank's chunk
                 # hint: of the packed values with adamw_update and its moment shards; all-gather the chunks back.
-                self.grad_shard = self.group.reduce_scatter(bucket.pack()) / self.group.size
+                grad_shard = self.group.reduce_scatter(bucket.pack()) / self.group.size
                 param_shard = bucket.pack_values()[self.mine(bucket)].copy()
-                adamw_update(param_shard, self.grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
+                adamw_update(param_shard, grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
                              *d["betas"], d["eps"], d["weight_decay"])
                 bucket.unpack_values(self.group.all_gather(param_shard))
                 # end exercise
+                bucket.buffer = None  # the flat copy goes with the step (the chunks were locals)
                 continue
             param_shard = bucket.param_shard if bucket.param_shard is not None else values_chunk(bucket,
                                                                                                  self.group.rank)

@@ -29,12 +29,17 @@ class LayoutAccounting:
         placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
         ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
         policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
-        their gradients as gradients."""
+        their gradients as gradients. Between steps the first three are every array the model
+        and its optimizer hold: the flat buffers of the gradient collectives are dropped after
+        each (tests/parallel/hybrid/test_memory_held.py walks them all), and AdamW's flat
+        gradient array counts also after zero_grad() dropped the .grad views into it."""
         params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
         masters = self.amp.masters if self.amp.mixed and not buckets else []
         master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
                          b.compute_shard]
-        grads = [p.grad for p in params + masters if p.grad is not None] + [b.grad_shard for b in buckets]
+        # the flat gradient array AdamW lays out (minitensor.flat_params) stays when zero_grad drops .grad
+        grads = [g for p in params + masters for g in (p.grad, p._grad_slot) if g is not None]
+        grads += [b.grad_shard for b in buckets]
         return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
                 "grads": held_bytes(grads),
                 "optim": (self.optimizer.state_bytes() if self.optimizer else 0)

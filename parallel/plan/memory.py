@@ -43,7 +43,12 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
         1  P·param + P·grad + ceil(P/R)·optim      (one flat vector, R equal chunks)
         2  P·param + P/R·grad + P/R·optim          (P/R = Σ over units of ceil(P_unit/R):
         3  P/R·param + P/R·grad + P/R·optim         each unit is cut into R equal chunks)
-    ZeRO-3's transient all-gathered units are not in these static figures.
+    These are the bytes held between steps (after the synced backward), and all of them: a
+    walk of every numpy array reachable from a HybridGPT and its optimizer finds exactly these
+    (tests/parallel/hybrid/test_memory_held.py). The flat buffers the gradients travel in
+    (stage 0's buckets, ZeRO-1's flat vector and averaged chunk, ZeRO-2/3's reduce-scatter
+    buffers) live only during their collective, and ZeRO-3's all-gathered units only while
+    used: none is in these static figures.
     `dtype` may be a precision policy (minitensor.amp: "fp16", "bf16", or a PrecisionPolicy);
     its float32 master weights count as optimizer state: P·master, whole on every rank under
     ZeRO-0/1, P/R·master under ZeRO-2/3, whose buckets keep the masters' chunks. Under

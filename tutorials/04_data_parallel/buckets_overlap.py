@@ -23,7 +23,7 @@ def describe_buckets(dp):
           f"produces gradients):")
     for i, bucket in enumerate(dp.buckets):
         first, last = names[id(bucket.params[0])], names[id(bucket.params[-1])]
-        print(f"  bucket {i}: {len(bucket.params):2d} tensors, {bucket.buffer.nbytes:7,} bytes   {first} ... {last}")
+        print(f"  bucket {i}: {len(bucket.params):2d} tensors, {bucket.nbytes:7,} bytes   {first} ... {last}")
 
 
 def watch_backward(dp):

@@ -273,7 +273,7 @@ def test_a_float16_models_gradients_are_summed_in_float32_and_their_mean_rounded
         ddp = DataParallel(model, parallel.world(), reduce_dtype=reduce_dtype)
         amp.backward(ddp(np.full(1, 40000.0 + parallel.world().rank * 8, np.float16)))
         amp.grads_to_master()
-        return model.w.grad.dtype, amp.masters[0].grad, ddp.buckets[0].buffer.dtype
+        return model.w.grad.dtype, amp.masters[0].grad, ddp.buckets[0].dtype
 
     for grad_dtype, master_grad, buffer_dtype in run_threads(2, rank_fn, timeout=30):
         assert grad_dtype == np.float16

@@ -155,12 +155,21 @@ def run_zero(group, model_name, seed, data, micro):
     for batch in data:
         opt.zero_grad()
         losses.append(local_step(model, micro_batches(batch, rank, n, micro), micro))
+        before = opt.exp_avg.copy()
         opt.step()
-        grad_shards.append(opt.grad_shard.copy())
+        grad_shards.append(averaged_gradient_used(opt, before))
     stats = group.stats()
     return dict(initial=initial, losses=global_mean(group, losses), grad_shards=grad_shards, shard=opt.shard,
                 final=model.state_dict(), stats=stats, state_bytes=opt.state_bytes(),
                 replicas=gather_params(group, model))
+
+
+def averaged_gradient_used(opt, exp_avg_before):
+    """The averaged gradient chunk this rank's step fed to AdamW, read back from its first moment
+    (m ← β₁·m + (1 − β₁)·g; weight decay is decoupled): ZeroOptimizer keeps no copy of it after
+    the step, so that nothing but the moments outlives the step."""
+    beta1 = opt.defaults["betas"][0]
+    return (opt.exp_avg - beta1 * exp_avg_before) / (1 - beta1)
 
 
 def global_mean(group, local_values):
