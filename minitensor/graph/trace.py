@@ -12,10 +12,12 @@ module's (named by `named_parameters()`) or requires grad (named "param_0", ...)
 otherwise a constant (its array kept in attrs["value"]).
 
 A trace records one path through `fn`, as `torch.jit.trace` does: Python control flow
-and numpy work done outside ops are frozen at their traced values. Inputs given as numpy
-arrays (token ids) must reach ops unchanged as keyword params (`Embedding`'s idx,
-`CrossEntropy`'s targets); running the graph puts the new arrays there. Random ops
-(dropout in training mode) are frozen too: trace a model in eval mode or with dropout 0.
+and numpy work done outside ops are frozen at their traced values. So reading a traced
+tensor's value in Python (`if x.sum().item() > 0:`) raises TraceError naming the line
+(trace_checks.py). Inputs given as numpy arrays (token ids) must reach ops unchanged as
+keyword params (`Embedding`'s idx, `CrossEntropy`'s targets); running the graph puts the
+new arrays there. Random ops (dropout in training mode) are frozen too, with a warning:
+trace a model in eval mode or with dropout 0.
 """
 import inspect
 from types import SimpleNamespace
@@ -26,6 +28,7 @@ from minitensor.autograd import record_ops
 from minitensor.graph.eager import flops, saved_arrays
 from minitensor.graph.graph_module import GraphModule
 from minitensor.graph.ir import Graph, Node
+from minitensor.graph.trace_checks import guarding, warn_if_dropout
 from minitensor.nn.module import Module
 from minitensor.tensor import Tensor
 
@@ -68,10 +71,13 @@ class Recorder:
         self.param_buffers = {id(_buffer(p.data)) for p in params.values()}
         self.array_inputs = {}
         self.counted = set()  # saved regions already counted
+        # tensors whose value running the graph can change: inputs, parameters, ops of either
+        self.dynamic = set(self.param_names)
         for name, value in inputs.items():
             data = value.data if isinstance(value, Tensor) else np.asarray(value)
             if isinstance(value, Tensor):
                 self.names[id(value)] = name
+                self.dynamic.add(id(value))
             else:
                 self.array_inputs[id(value)] = name
             self.keep.append(value)
@@ -89,6 +95,7 @@ class Recorder:
                 name = self.param_names.get(id(tensor)) or f"param_{len(self.params)}"
                 self.params[name] = tensor
                 self.param_buffers.add(id(_buffer(tensor.data)))
+                self.dynamic.add(id(tensor))
                 node = Node(name, "param", shape=tensor.shape, dtype=tensor.dtype)
             else:
                 name = self.fresh("constant")
@@ -97,6 +104,11 @@ class Recorder:
             self.names[id(tensor)] = name
             self.keep.append(tensor)
         return self.names[id(tensor)]
+
+    def is_dynamic(self, tensor):
+        """Whether `tensor`'s value depends on the graph's inputs or parameters (a tensor
+        that requires grad and is not seen yet would become a parameter)."""
+        return id(tensor) in self.dynamic or tensor.requires_grad
 
     def saved_bytes(self, function):
         """Bytes of the activations `function` keeps that no earlier node keeps."""
@@ -122,6 +134,8 @@ class Recorder:
             attr_inputs=attr_inputs))
         self.names[id(result)] = name
         self.keep.append(result)
+        if attr_inputs or any(id(t) in self.dynamic for t in inputs):
+            self.dynamic.add(id(result))
 
 
 def input_names(fn, count):
@@ -134,10 +148,16 @@ def input_names(fn, count):
     return params[:count] if len(params) >= count else [f"input_{i}" for i in range(count)]
 
 
+def owner_module(fn):
+    """The Module `fn` is, or is a bound method of; None otherwise."""
+    owner = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
+    return owner if isinstance(owner, Module) else None
+
+
 def module_params(fn):
     """{name: parameter} of the Module `fn` is, or is a bound method of; {} otherwise."""
-    owner = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
-    return dict(owner.named_parameters()) if isinstance(owner, Module) else {}
+    owner = owner_module(fn)
+    return dict(owner.named_parameters()) if owner is not None else {}
 
 
 def _output_names(out, recorder):
@@ -166,8 +186,9 @@ def trace(fn, *example_inputs, params=None):
         same = [name for name, y in zip(names, example_inputs) if y is x]
         if len(same) > 1:
             raise ValueError(f"trace: the same object is given as inputs {same}; pass a copy for each")
+    warn_if_dropout(owner_module(fn))
     recorder = Recorder(dict(zip(names, example_inputs)), params if params is not None else module_params(fn))
-    with record_ops(recorder):
+    with record_ops(recorder), guarding(recorder):
         out = fn(*example_inputs)
         structure = _output_names(out, recorder)
     if isinstance(structure, str):

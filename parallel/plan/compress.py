@@ -9,7 +9,7 @@ parallel.data_parallel.local_sgd), in the cost model's α–β terms; b bytes pe
     local SGD   one ring all-reduce of the P parameters every H steps: its time / H
 
 The matrices are the rank's Linear weights and embeddings (plan.model's sharding rules);
-a weight is compressed when m·k ≥ 2·(m + k)·r, as PowerSGD(min_compression_rate=2) does.
+a weight is compressed when m·k > 2·(m + k)·r, as PowerSGD(min_compression_rate=2) does (matrix_shape).
 """
 import math
 

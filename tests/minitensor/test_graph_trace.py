@@ -160,3 +160,49 @@ def test_table_and_dot_show_every_node(tmp_path):
     if not render_png(dot, png):
         pytest.skip("Graphviz's `dot` is not installed: the PNG was not drawn (the DOT text was checked)")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def branchy(x):
+    if x.sum().item() > 0:
+        return x * 5.0
+    return x * -10.0
+
+
+def test_a_branch_on_a_traced_value_is_refused_naming_the_line():
+    # Left to run, the trace took the branch of x > 0, and the graph then gave −10 where eager gives 5.
+    with pytest.raises(graph.TraceError, match=r"test_graph_trace\.py:\d+: `if x\.sum\(\)\.item\(\) > 0:` "
+                                               r"calls \.item\(\) on a tensor computed from the traced inputs"):
+        graph.trace(branchy, mt.tensor([-1.0]))
+    w = mt.tensor([1.0], requires_grad=True)  # a parameter decides too: it changes as it trains
+    with pytest.raises(graph.TraceError, match=r"calls \.numpy\(\)"):
+        graph.trace(lambda x: x * float(w.numpy()[0]), mt.tensor([1.0]))
+    for convert in (lambda s: bool(s), lambda s: float(s), lambda s: int(s), lambda s: s > 0):
+        with pytest.raises(TypeError):  # no such conversion on a Tensor, eager or traced: nothing to freeze
+            graph.trace(lambda x: x * convert(x.sum()), mt.tensor([1.0]))
+    assert branchy(mt.tensor([1.0])).item() == 5.0  # eager reads values as before
+
+
+def test_values_the_inputs_do_not_decide_are_read_as_usual():
+    def fn(x):
+        scale = mt.tensor(2.0) * 3.0  # an op on constants only: a constant of the graph
+        h = x * scale.item()
+        for _ in range(int(mt.tensor(2).item()) + x.shape[0] - len(x)):  # constants, shapes, lengths
+            h = h + 1.0
+        return h.sum() if len(x) else h
+    x = mt.tensor([1.0, 2.0])
+    gm = graph.trace(fn, x)
+    y = mt.tensor([3.0, -4.0])
+    assert gm(y).item() == fn(y).item() == 6 * (3 - 4) + 4
+
+
+def test_tracing_with_dropout_in_training_mode_warns_and_eval_does_not(recwarn):
+    mt.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=24, block_size=8, n_layer=1, n_head=2, d_model=8, dropout=0.1))
+    idx = np.zeros((2, 8), dtype=np.int64)
+    with pytest.warns(graph.FrozenDropoutWarning, match=r"GPT is in training mode with dropout \(drop, "
+                                                        r"blocks\.0\.attn\.resid_drop.*\)(.|\n)*\.eval\(\)"):
+        graph.trace(model.forward, idx, idx.copy())
+    recwarn.clear()
+    graph.trace(model.eval().forward, idx, idx.copy())
+    graph.trace(GPT(GPTConfig(vocab_size=24, block_size=8, n_layer=1, n_head=2, d_model=8)).forward, idx, idx.copy())
+    assert not [w for w in recwarn if issubclass(w.category, graph.FrozenDropoutWarning)]

@@ -11,9 +11,10 @@ iteration per step enough), every rank, on its own error-corrected M_i:
 
 so (m + k)·r numbers travel instead of m·k. Both all-reduces carry every matrix of the
 bucket at once (two small all-reduces per bucket), beside one all-reduce of the tensors
-left uncompressed: 1-D tensors and matrices whose factors would not be at least
-`min_compression_rate` times smaller (PyTorch's rule). Each rank keeps
-error = M_i − P̂ Qᵀ/n (error_feedback.py) and Q/n as the next warm start.
+left uncompressed: 1-D tensors and matrices whose factors would not be more than
+`min_compression_rate` times smaller (PyTorch's `_should_compress`: m·k > rate·(m + k)·r,
+strictly). Each rank keeps error = M_i − P̂ Qᵀ/n (error_feedback.py) and Q/n as the next
+warm start.
 
 Every step above is linear in the M_i once P̂ is fixed, and P̂ depends only on Σ P_i, so
 n ranks compute exactly what one process computes on the mean gradient (with the mean
@@ -89,7 +90,7 @@ class PowerSGD:
             return None
         m, k = shape[0], math.prod(shape[1:])
         r = min(self.rank, m, k)
-        return (m, k, r) if m * k >= self.min_compression_rate * (m + k) * r else None
+        return (m, k, r) if m * k > self.min_compression_rate * (m + k) * r else None
 
     def plan(self, bucket):
         """([(slice, (m, k, r))] of the compressed matrices, [slice] of the rest) of a bucket."""

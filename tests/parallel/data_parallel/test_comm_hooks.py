@@ -196,6 +196,15 @@ def test_full_rank_powersgd_stays_exact_after_a_gradient_of_lower_rank():
         np.testing.assert_allclose(out.reshape(6, 5), grad, atol=1e-12)
 
 
+def test_powersgd_compresses_only_when_strictly_worth_it_as_pytorch_does():
+    # PyTorch's _should_compress: (m + k)·r·min_compression_rate < m·k, strictly.
+    hook = PowerSGD(rank=1)
+    assert hook.matrix_shape((4, 4)) is None  # 16 = 2·(4 + 4)·1: no saving worth the work
+    assert hook.matrix_shape((5, 4)) == (5, 4, 1)  # 20 > 2·(5 + 4)·1 = 18
+    assert PowerSGD(rank=2).matrix_shape((8, 2, 4)) is None  # 8 × 8: 64 = 2·(8 + 8)·2
+    assert PowerSGD(rank=1, min_compression_rate=0).matrix_shape((1, 1)) == (1, 1, 1)
+
+
 @pytest.mark.parametrize("hook_class, options", [(PowerSGD, dict(rank=1)), (TopK, dict(ratio=0.3)),
                                                   (SignCompression, {})])
 def test_a_hook_restored_from_its_state_continues_bitwise_alike(hook_class, options):

@@ -7,7 +7,7 @@ import pytest
 from minitensor.models.gpt import GPT
 from parallel.data_parallel.comm_hooks import PowerSGD
 from parallel.plan import Layout, estimate, get_config
-from parallel.plan.compress import stage_matrices
+from parallel.plan.compress import dp_time, stage_matrices
 
 PROFILE = {"name": "test", "peak_flops": {"float32": 1e12}, "memory_gib": 8, "devices_per_node": 1,
            "intra": {"alpha_us": 1.0, "bandwidth_gbps": 1.0}, "inter": {"alpha_us": 50.0, "bandwidth_gbps": 0.1},
@@ -43,3 +43,12 @@ def test_each_method_costs_its_formula():
     assert dp_seconds("none", local_steps=8) == pytest.approx(ring(params * b) / 8, rel=1e-12)
     assert dp_seconds("sign") < dp_seconds("none") / 8
     assert np.isfinite(dp_seconds("powersgd:2", dp=1)) and dp_seconds("powersgd:2", dp=1) == 0
+
+
+def test_a_matrix_at_the_powersgd_boundary_is_counted_uncompressed():
+    ring = lambda n, nbytes, alpha, beta: nbytes  # noqa: E731  (bytes stand in for seconds)
+    at_boundary, above = [(4, 4)], [(5, 4)]  # m·k = 2·(m + k)·r at r = 1; and 20 > 18
+    seconds, how = dp_time(16, at_boundary, 2, 4, "powersgd:1", 1, 0.0, 1.0, ring, ring)
+    assert seconds == 16 * 4 and "16 uncompressed + 0 P + 0 Q" in how
+    seconds, how = dp_time(20, above, 2, 4, "powersgd:1", 1, 0.0, 1.0, ring, ring)
+    assert seconds == (5 + 4) * 4 and "0 uncompressed + 5 P + 4 Q" in how
