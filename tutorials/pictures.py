@@ -362,6 +362,18 @@ def save_small(plt, figure, path):
     Image.open(buffer).convert("RGB").quantize(64).save(path, optimize=True)
 
 
+def out_problem(out, pictures):
+    """Why `pictures` cannot be written under `out` (one line), or None, their folders made."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file: give a directory (each picture goes to OUT/<chapter>/pictures/<name>.png)"
+    try:
+        for picture in pictures:
+            (out / picture.chapter / "pictures").mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"--out {out}: cannot make {error.filename} ({error.strerror}): give a directory you can write"
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tutorials.pictures", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="pictures to make (default: all; --list names them)")
@@ -382,13 +394,16 @@ def main(argv=None):
     plt = None if args.text else pyplot()
     if plt is None and not args.text:
         print("matplotlib is not installed (pip install -e '.[plots]'): printing each picture's text form")
-    for picture in (chosen[n] for n in args.names or chosen):
+    pictures = [chosen[n] for n in args.names or chosen]
+    problem = out_problem(args.out, pictures) if plt else None  # before anything is computed
+    if problem:
+        parser.error(problem)
+    for picture in pictures:
         data, text = picture.compute(args.quick)
         if plt is None:
             print(f"\n=== {picture.chapter}: {picture.name}\n{text.rstrip()}")
             continue
         path = args.out / picture.chapter / "pictures" / f"{picture.name}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
         save_small(plt, picture.draw(plt, data), path)
         print(f"{path} ({path.stat().st_size / 1024:.0f} KiB)")
 

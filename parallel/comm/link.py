@@ -50,7 +50,9 @@ class Link:
 
     def __init__(self, name, alpha, beta):
         if not (alpha >= 0 and beta >= 0 and math.isfinite(alpha) and math.isfinite(beta)):
-            raise ValueError(f"link {name!r}: alpha={alpha!r} s and beta={beta!r} s/byte must be finite and ≥ 0")
+            raise ValueError(f"link {name!r}: alpha={alpha!r} s and beta={beta!r} s/byte must be finite and ≥ 0 "
+                             f"(α is the seconds a message costs before its first byte, β the seconds per byte: "
+                             f"a link cannot take negative time)")
         self.name, self.alpha, self.beta = name, float(alpha), float(beta)
 
     def __repr__(self):

@@ -8,49 +8,66 @@
     python -m parallel.plan --calibrate
     python -m parallel.plan --config medium --devices 2 --auto-shard
     python -m parallel.plan --config medium --devices 2 --simulate --top 4
+
+Every size flag has a bound (in --help), and the search refuses more than MAX_SEARCH_STEPS
+steps: bad input ends with exit 2 and one line, before anything is computed.
 """
 import argparse
+import math
 import re
 import sys
 from dataclasses import asdict, replace
 
-from minitensor.flags import AT_LEAST_1, parse_checked
+from minitensor.flags import AT_LEAST_1, DashValueParser, at_most, bad_flag, parse_checked
 from minitensor.models.bert import BertConfig
 
-from .layout import PRECISIONS, SCHEDULES, get_precision
+from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
+from .memory import memory_per_rank, micro_batch_size
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
 from .profiles import load_profile, packaged_profiles
-from .search import longest_sequence, plan
+from .search import MAX_SEARCH_STEPS, longest_sequence, plan
 
 UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 DIMS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n_head",
         "vocab": "vocab_size", "seq": "block_size"}
+# Far above today's largest runs (GPT-3: 96 layers, d_model 12288, 1024 GPUs), low enough that the
+# search and its arithmetic stay finite and quick.
+LIMITS = {"n_layer": 100_000, "d_model": 1_000_000, "n_head": 1_000_000, "vocab": 10_000_000, "seq": 2**24,
+          "batch": 2**24, "devices": 1_000_000}
+MAX_MEASURED_BYTES = 2**31  # --auto-shard and --simulate run one block on this machine: at most 2 GiB
 
 
 def parse_size(text):
     """'8GB' -> 8e9 bytes, '8GiB' -> 8·2³⁰ bytes, '512MiB', '1e9'."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"memory size {text!r} must be positive (try 8GB or 8GiB)")
     match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?I?B?)\s*", text.upper())
     if not match or match.group(2) not in UNITS:
         raise argparse.ArgumentTypeError(f"cannot read memory size {text!r} (try 8GB or 8GiB)")
-    return int(float(match.group(1)) * UNITS[match.group(2)])
+    size = float(match.group(1)) * UNITS[match.group(2)]  # '1e' raises ValueError: argparse's "invalid" line
+    if not math.isfinite(size):
+        raise argparse.ArgumentTypeError(f"memory size {text!r} is not a finite number of bytes (try 8GB)")
+    return int(size)
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = DashValueParser(
         prog="python -m parallel.plan",
-        description="Rank data × tensor × pipeline parallel layouts by estimated step time.")
+        description="Rank data × tensor × pipeline parallel layouts by estimated step time. The search "
+                    f"refuses more than {MAX_SEARCH_STEPS:,} steps (pp² + n_layer per candidate layout, "
+                    "about a minute).")
     parser.add_argument("--config", choices=sorted(CONFIGS), help="named model config")
     parser.add_argument("--model", choices=["gpt", "bert"], default="gpt",
                         help="bert: the same blocks, a segment embedding and an MLM head tied to the embedding")
-    parser.add_argument("--n-layer", type=int, help="number of transformer blocks")
-    parser.add_argument("--d-model", type=int, help="hidden size h")
-    parser.add_argument("--n-head", type=int, help="attention heads a")
-    parser.add_argument("--vocab", type=int, help="vocabulary size V")
-    parser.add_argument("--seq", type=int, help="sequence length s (block_size)")
+    parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
+    parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
+    parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")
+    parser.add_argument("--vocab", type=int, help=f"vocabulary size V, ≤ {LIMITS['vocab']:,}")
+    parser.add_argument("--seq", type=int, help=f"sequence length s (block_size), ≤ {LIMITS['seq']:,}")
     parser.add_argument("--batch", type=int, help="global batch in sequences per step "
-                        "(default: the named config's usual batch)")
-    parser.add_argument("--devices", type=int, default=1, help="number of devices (ranks)")
+                        f"(default: the named config's usual batch), ≤ {LIMITS['batch']:,}")
+    parser.add_argument("--devices", type=int, default=1, help=f"number of devices (ranks), ≤ {LIMITS['devices']:,}")
     parser.add_argument("--device", default="laptop-cpu", help="device profile: one of "
                         f"{', '.join(packaged_profiles())}, a calibrated name, or a JSON path")
     parser.add_argument("--mem-per-device", type=parse_size,
@@ -79,22 +96,25 @@ def build_parser():
     parser.add_argument("--output", help="where --calibrate writes (default: the cache dir)")
     parser.add_argument("--auto-shard", action="store_true",
                         help="search the tensor-parallel sharding of one traced block over --devices ranks "
-                        "(micro-batch: --batch sequences) and print it (parallel.plan.auto)")
+                        "(micro-batch: --batch sequences) and print it (parallel.plan.auto); the block runs "
+                        f"here: at most {MAX_MEASURED_BYTES / 2**30:.3g} GiB of it")
     parser.add_argument("--simulate", action="store_true",
                         help="also predict the top rows by replaying their pipeline schedule with part costs "
-                        "measured on this machine (parallel.plan.simulate)")
+                        "measured on this machine (parallel.plan.simulate): one block of each row's "
+                        f"micro-batch runs here, at most {MAX_MEASURED_BYTES / 2**30:.3g} GiB of it")
     return parser
 
 
 def model_config(args, parser):
+    """The model of --config with the dims given, or of the dims alone; parser.error if they do not make one."""
     given = {field: getattr(args, arg) for arg, field in DIMS.items() if getattr(args, arg)}
-    if args.config:
-        config = replace(get_config(args.config), **given)
-    elif len(given) < len(DIMS):
+    if not args.config and len(given) < len(DIMS):
         missing = [f"--{arg.replace('_', '-')}" for arg, f in DIMS.items() if f not in given]
         parser.error(f"give --config or all model dims; missing {' '.join(missing)}")
-    else:
-        config = GPTConfig(**given)
+    try:
+        config = replace(get_config(args.config), **given) if args.config else GPTConfig(**given)
+    except ValueError as error:  # the one left after the flag checks: "d_model=1001 is not divisible by n_head=8"
+        parser.error(f"{error}: give --d-model a multiple of --n-head")
     if args.model == "bert":  # the same sizes as an encoder: param_count knows its ends
         config = BertConfig(**{k: v for k, v in asdict(config).items() if k != "causal"})
     return config
@@ -134,12 +154,16 @@ POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devic
 def main(argv=None):
     parser = build_parser()
     args = parse_checked(parser, argv, dict.fromkeys(POSITIVE_INTS, AT_LEAST_1))
+    too_large = bad_flag(args, {dest: at_most(high) for dest, high in LIMITS.items()})
+    if too_large:
+        parser.error(f"{too_large}, the planner's bound")
     if args.calibrate:
         from .calibrate import calibrate
         calibrate(args.output)
         return 0
     config = model_config(args, parser)
     if args.auto_shard:
+        check_measurable(config, [(args.batch or 1, 1)], "--auto-shard", parser)
         return print_auto_shard(config, args.devices, args.batch or 1, args.device)
     if args.batch is None and args.config is None:
         parser.error("--batch is required when the model is given by its dims")
@@ -150,12 +174,15 @@ def main(argv=None):
         parser.error(f"--device {args.device}: {error}")
     try:
         dtype = resolve_dtype(args.dtype, profile)
+        if args.longest_sequence:
+            return print_longest_sequences(config, args, batch, profile, dtype)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
                       args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps)
     except ValueError as error:
         parser.error(str(error))
-    if args.longest_sequence:
-        return print_longest_sequences(config, args, batch, profile, dtype)
+    if args.simulate:
+        check_measurable(config, [(micro_batch_size(batch, est.layout), est.layout.tp)
+                                  for est in result.ranked[:args.top]], "--simulate", parser)
     precision = get_precision(dtype)
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
     print(f"model {config} = {dense_param_count(config):,} parameters")
@@ -185,6 +212,16 @@ def main(argv=None):
         print(f"\nderivation of rank {args.explain}:")
         print("\n".join("  " + line for line in result.ranked[args.explain - 1].lines))
     return 0
+
+
+def check_measurable(config, micro_batches, flag, parser):
+    """parser.error unless one block of `config` on each (micro-batch, tp) fits MAX_MEASURED_BYTES here,
+    as the planner counts a one-block model (weights, gradients, AdamW states, activations; float32)."""
+    one_block = replace(config, n_layer=1)
+    need = max((memory_per_rank(one_block, Layout(tp=tp), b)["total"] for b, tp in micro_batches), default=0)
+    if need > MAX_MEASURED_BYTES:
+        parser.error(f"{flag} runs one block here and it would need {gib(need)} GiB, over the bound of "
+                     f"{gib(MAX_MEASURED_BYTES)} GiB: give a smaller model or --batch")
 
 
 def print_auto_shard(config, tp, micro_batch, device):
@@ -220,11 +257,12 @@ def print_simulated(config, estimates, batch, profile, dtype):
 def print_longest_sequences(config, args, batch, profile, dtype):
     """The longest sequence that fits without cp and, with --max-cp > 1, with cp up to it."""
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
+    found = {max_cp: longest_sequence(config, args.devices, batch, profile, args.mem_per_device, dtype,
+                                      args.schedule, args.allow_inter_node_tp, max_cp)
+             for max_cp in sorted({1, args.max_cp})}  # all found before printing: a ValueError prints nothing
     print(f"longest sequence that fits on {args.devices} × {profile['name']} ({gib(limit)} GiB each), "
           f"global batch {batch}, {dtype}:")
-    for max_cp in sorted({1, args.max_cp}):
-        seq, est = longest_sequence(config, args.devices, batch, profile, args.mem_per_device, dtype,
-                                    args.schedule, args.allow_inter_node_tp, max_cp)
+    for max_cp, (seq, est) in found.items():
         where = (f"{est.layout.name()} m={est.layout.micro_batches} {est.layout.flags()}, "
                  f"{gib(est.memory['total'])} GiB, activations {gib(est.memory['activations'])} GiB"
                  if est else "nothing fits")

@@ -7,18 +7,30 @@ dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the
 on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1).
 
 `longest_sequence` answers the other question: the longest sequence some layout fits.
+
+The search is bounded: before costing anything it counts its steps (`search_steps`) and
+refuses, naming the count, a search of more than MAX_SEARCH_STEPS (under a minute).
 """
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import product
+from math import isqrt
 
 from .cost import estimate
 from .layout import Layout
 from .profiles import load_profile
 
+# Each candidate's estimate costs every pipeline stage, and each stage walks the pp-long balance
+# list and its own blocks: about pp² + n_layer steps of ≈ 0.4 µs on a laptop core.
+MAX_SEARCH_STEPS = 10**8
 
+
+@cache
 def divisors(n):
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending, found in √n trials (once per n)."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
+    return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
 @dataclass
@@ -49,27 +61,49 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
                 yield dp, tp, pp, cp
 
 
+def flag_choices(tp, replicas):
+    """(checkpoint, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1."""
+    return [(checkpoint, sp, zero) for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3))
+            if not (sp and tp == 1) and not (zero and replicas == 1)]
+
+
 def candidate_layouts(dp, tp, pp, batch, schedule, cp=1):
     for m in divisors(batch // dp):
-        for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3)):
-            if (sp and tp == 1) or (zero and dp * cp == 1):
-                continue
+        for checkpoint, sp, zero in flag_choices(tp, dp * cp):
             yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp)
 
 
+def search_steps(config, grid_list, batch):
+    """The steps costing every candidate of `grid_list` takes: pp² + n_layer per candidate."""
+    return sum(len(divisors(batch // dp)) * len(flag_choices(tp, dp * cp)) * (pp * pp + config.n_layer)
+               for dp, tp, pp, cp in grid_list)
+
+
+def check_search_size(steps, searches=1):
+    """Refuse (ValueError) `searches` searches of `steps` steps each beyond MAX_SEARCH_STEPS in all."""
+    if steps * searches > MAX_SEARCH_STEPS:
+        times = f"{searches} searches × " if searches > 1 else ""
+        raise ValueError(f"the search would take {times}{steps:,} steps, over its bound of {MAX_SEARCH_STEPS:,} "
+                         "(about a minute): give fewer --devices or --n-layer, a --batch with fewer divisors, "
+                         "or a smaller --max-cp")
+
+
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
-         schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1):
+         schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
-    `max_cp`: also try context parallelism up to this many ranks."""
+    `max_cp`: also try context parallelism up to this many ranks; `searches`: how many searches
+    of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
     limit = memory_bytes if memory_bytes is not None else profile["memory_gib"] * 2**30
     result = Plan([])
-    for dp, tp, pp, cp in grids(config, devices, batch, profile["devices_per_node"],
-                                allow_inter_node_tp, result.rejected, max_cp):
+    grid_list = list(grids(config, devices, batch, profile["devices_per_node"], allow_inter_node_tp,
+                           result.rejected, max_cp))
+    check_search_size(search_steps(config, grid_list, batch), searches)
+    for dp, tp, pp, cp in grid_list:
         for layout in candidate_layouts(dp, tp, pp, batch, schedule, cp):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
@@ -100,11 +134,12 @@ def longest_sequence(config, devices, batch, profile, memory_bytes=None, dtype="
     cp up to max_cp can cut it), that some layout fits in memory; (0, None) if none does.
     Memory grows with s, so doubling finds a bracket and bisection its end."""
     step = 2 * max_cp
+    searches = 2 * (limit // step).bit_length()  # at most: doubling up to the limit, then bisecting
 
     def best(multiple):
         config_s = replace(config, block_size=multiple * step)
         ranked = plan(config_s, devices, batch, profile, memory_bytes, dtype, schedule,
-                      allow_inter_node_tp, max_cp).ranked
+                      allow_inter_node_tp, max_cp, searches=searches).ranked
         return ranked[0] if ranked else None
 
     if best(1) is None:

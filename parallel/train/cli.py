@@ -7,6 +7,8 @@ rank exits with status 2) instead of a hang or a failure after hours of training
 import argparse
 import sys
 
+from minitensor.flags import DashValueParser
+
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
 from ..comm.gather import all_gather_json
@@ -16,8 +18,8 @@ from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
 from .errors import configure_world, seconds
-from .flag_checks import check_args
 from .finite import TrainingStopped
+from .flag_checks import check_args
 from .loop import model_config, train
 from .preflight import check_outputs
 from .task import make_task, task_defaults
@@ -51,7 +53,7 @@ is saved); 2 bad flags, destinations or $PARALLEL_TIMEOUT, before any training.
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m parallel.train", epilog=EXAMPLES,
+    p = DashValueParser(prog="python -m parallel.train", epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Train a small GPT with data × tensor × pipeline (× context) parallelism.")
     model = p.add_argument_group("model and data (defaults: minitensor.data.recommended_config())")

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+NOTHING_SAVED = "no checkpoint of this run was saved before it"  # the messages' last good checkpoint, before one
+
 
 class TrainingStopped(RuntimeError):
     """The run cannot go on (a loss, gradient, weight or moment is not finite); raised on every rank alike."""
@@ -58,7 +60,8 @@ def state_arrays(model, update):
     # a parameter ZeRO-3 freed is a read-only NaN placeholder (flat_units.freed_placeholder):
     # its values are its unit's shard, which the optimizer's buckets hold
     params = [p.data for _, p in model.named_master_parameters() if p.data.flags.writeable]
-    shards = [b.param_shard for b in getattr(model.optimizer, "buckets", ()) if b.param_shard is not None]
+    buckets = getattr(model.optimizer, "buckets", ())
+    shards = [b.param_shard for b in buckets if getattr(b, "param_shard", None) is not None]
     state = [v for v in flat_values(model.optimizer.state_dict()) if isinstance(v, np.ndarray)]
     return params + shards + state
 

@@ -20,7 +20,7 @@ from ..mesh import Mesh
 from . import report
 from .check import TOLERANCES, SingleDeviceCheck
 from .errors import configure_world
-from .finite import check_finite, check_state_finite
+from .finite import NOTHING_SAVED, check_finite, check_state_finite
 from .preflight import in_the_way_after
 from .task import evaluate, global_batch, make_task, sample
 
@@ -70,7 +70,7 @@ def train(args):
     task = make_task(args)
     model = build(args, task, group)
     checker = SingleDeviceCheck(model, args, group) if args.check else None
-    first, last_good = 1, "no checkpoint of this run was saved before it"
+    first, last_good = 1, NOTHING_SAVED
     if args.resume:
         from ..checkpoint import load_checkpoint  # imported only when used: plain training does without it
         resumed = load_checkpoint(args.resume, model)
@@ -107,7 +107,7 @@ def train(args):
     return finish(args, model, task, group, losses, step_stats, checker, time.perf_counter() - start)
 
 
-def train_one_step(args, model, task, step, checking, group, losses, last_good):
+def train_one_step(args, model, task, step, checking, group, losses, last_good=NOTHING_SAVED):
     """One optimizer step over --accumulate global batches; returns (mean loss, this step's
     communication). `checking`: the SingleDeviceCheck to run this step, or None; `losses`:
     those of the steps before and `last_good` where the last checkpoint is (for the message

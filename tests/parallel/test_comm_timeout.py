@@ -13,6 +13,7 @@ from mpi_launch import requires_mpiexec, run_mpi
 
 import parallel
 from parallel.comm import CommTimeout
+from parallel.comm.threads import single_rank_group
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 TIMEOUT = 20  # seconds: a bound on every run_threads call, so a bug fails instead of hanging
@@ -69,8 +70,11 @@ def test_the_deadline_comes_from_parallel_timeout_and_a_bad_value_is_named(monke
     with pytest.raises(ValueError, match=r"timeout=-1 must be a positive number of seconds"):
         parallel.world(timeout=-1)
     monkeypatch.setenv("PARALLEL_TIMEOUT", "soon")
+    group = single_rank_group()  # the variable is read when a group's deadline is first needed
     with pytest.raises(ValueError, match=r"PARALLEL_TIMEOUT='soon' must be a positive number of seconds"):
-        parallel.run_threads(1, parallel.world, timeout=TIMEOUT)
+        group.timeout
+    # a deadline given explicitly (a program's --timeout) wins: the variable is never read
+    assert parallel.run_threads(1, lambda: parallel.world(timeout=5).timeout, timeout=TIMEOUT) == [5.0]
 
 
 # --- MPI: real ranks, one stopped with SIGSTOP ------------------------------------------------------

@@ -170,3 +170,11 @@ def test_the_context_parallel_length_hint_on_data_names_block_size(tmp_path, cap
     text.write_text("some text to train on, long enough for a block.\n" * 20)
     err, _ = fails(["--data", str(text), "--threads", "2", "--cp", "2", "--block-size", "30", "--steps", "1"], capsys)
     assert "on --data the length is --block-size" in err and "--digits" not in err
+
+
+def test_a_negative_link_says_to_attach_the_value_then_why_it_is_wrong(capsys):
+    with pytest.raises(SystemExit):
+        main(flags("--link", "-1,1e-9"))
+    assert "(a value starting with '-' must be attached: --link=-1,1e-9)" in capsys.readouterr().err
+    err, _ = fails(flags("--link=-1,1e-9"), capsys)
+    assert "alpha=-1.0 s" in err and "a link cannot take negative time" in err

@@ -1,6 +1,7 @@
 """`python -m tutorials.pictures`: every picture renders (with matplotlib), every picture
 has its text form (without it), and every committed picture is shown in its chapter."""
 import sys
+from dataclasses import replace
 from importlib.util import find_spec
 
 import pytest
@@ -51,3 +52,19 @@ def test_an_unknown_picture_is_named_in_the_error(capsys):
     with pytest.raises(SystemExit):
         main(["mesh_grid", "no_such_picture"])
     assert "unknown picture(s) no_such_picture; choose from train_loss, ring_steps" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_picture_is_computed(tmp_path, monkeypatch, capsys):
+    import tutorials.pictures as pictures
+
+    def must_not_run(quick):
+        raise AssertionError("a picture was computed before --out was checked")
+
+    monkeypatch.setattr(pictures, "PICTURES", [replace(pictures.PICTURES[0], compute=must_not_run)])
+    monkeypatch.setattr(pictures, "pyplot", lambda: object())  # drawing, with or without matplotlib here
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        pictures.main([pictures.PICTURES[0].name, "--out", str(tmp_path / "file")])
+    assert exit_info.value.code == 2 and (tmp_path / "file").read_text() == "mine"
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"--out {tmp_path / 'file'} is a file: give a directory (each picture goes to OUT/<chapter>/pictures/<name>.png)")

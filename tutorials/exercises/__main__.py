@@ -4,9 +4,10 @@
     python -m tutorials.exercises start NN      copy the checkout to ./workspace (once) and stub chapter NN
     python -m tutorials.exercises check NN      run each exercise's tests against the workspace
     python -m tutorials.exercises diff NN       your code next to the reference (the library itself)
-    python -m tutorials.exercises reset NN      put chapter NN's stubs back (your edits there are lost)
+    python -m tutorials.exercises reset NN      put chapter NN's stubs back (your code: copied to .exercises-backups/)
 
-Run from the checkout root; `--workspace DIR` picks another directory. See tutorials/README.md.
+Run from the checkout root; `--workspace DIR` picks another directory: a new or empty one, or
+one `start` made (never the checkout). See tutorials/README.md.
 """
 import argparse
 import difflib
@@ -15,9 +16,8 @@ from pathlib import Path
 
 from .catalog import TESTS
 from .markers import exercises
-from .workspace import REPO, copy_checkout, failed_node_ids, reference_region, region, run_tests, write_stub
-
-STARTED = ".exercises-started"  # in the workspace: the chapters `start` has stubbed
+from .workspace import (MARKER, REPO, back_up, copy_checkout, failed_node_ids, reference_region, region, run_tests,
+                        workspace_problem, write_stub)
 
 
 def chapter_number(text):
@@ -47,12 +47,16 @@ def list_exercises(args):
 
 def start(args):
     workspace, found = args.workspace, chapter_exercises(args.chapter)
-    if not workspace.exists():
+    if not (workspace / MARKER).exists():
         copy_checkout(workspace)
+        mark_started(workspace)  # the marker first: a start stopped halfway still leaves a workspace
         print(f"copied the checkout to {workspace}")
     if args.chapter in started_chapters(workspace):
         sys.exit(f"chapter {args.chapter} is already started in {workspace}: `check {args.chapter}` to test "
                  f"your code, `reset {args.chapter}` to start over")
+    edited = [f.path for fences in found.values() for f in fences if region(f, workspace) != reference_region(f)]
+    if edited:
+        print(f"your edits in chapter {args.chapter}'s regions are copied to {back_up(edited, workspace)}")
     for id, fences in found.items():
         for fence in fences:
             write_stub(fence, workspace)
@@ -62,13 +66,14 @@ def start(args):
 
 
 def started_chapters(workspace):
-    path = workspace / STARTED
+    path = workspace / MARKER
     return path.read_text().split() if path.exists() else []
 
 
-def mark_started(workspace, chapter):
-    chapters = started_chapters(workspace)
-    (workspace / STARTED).write_text(" ".join(sorted(set(chapters + [chapter]))) + "\n")
+def mark_started(workspace, *chapters):
+    """Add `chapters` to the workspace's marker (written, listing none, when there are none)."""
+    known = started_chapters(workspace)
+    (workspace / MARKER).write_text(" ".join(sorted(set(known + list(chapters)))) + "\n")
 
 
 def is_stub(fence, workspace):
@@ -106,7 +111,10 @@ def diff(args):
 
 
 def reset(args):
-    for id, fences in chapter_exercises(args.chapter).items():
+    found = chapter_exercises(args.chapter)
+    folder = back_up([f.path for fences in found.values() for f in fences], args.workspace)
+    print(f"your chapter {args.chapter} files as they were are copied to {folder}")
+    for id, fences in found.items():
         for fence in fences:
             write_stub(fence, args.workspace)
         print(f"{id}  {fences[0].title}: stub restored in {where(fences)}")
@@ -127,9 +135,14 @@ def main(argv=None):
         if name == "check":
             command.add_argument("--reference", action="store_true", help="check the library itself instead")
     args = parser.parse_args(argv)
-    if args.command in ("diff", "reset") and not args.workspace.exists():
-        sys.exit(f"no workspace at {args.workspace}; run: python -m tutorials.exercises start {args.chapter}")
-    args.run(args)
+    if args.command in ("start", "diff", "reset"):  # the commands that write stubs or read them
+        problem = workspace_problem(args.workspace, new_ok=args.command == "start")
+        if problem:
+            parser.error(problem)
+    try:
+        args.run(args)
+    except (FileNotFoundError, ValueError) as error:  # matching_fence's: a file or a marker the learner removed
+        sys.exit(f"python -m tutorials.exercises {args.command}: {error}")
 
 
 if __name__ == "__main__":

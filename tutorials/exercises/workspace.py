@@ -4,11 +4,18 @@ The reference is the library in this checkout; a workspace is a plain copy of
 minitensor/, parallel/, tests/, tutorials/ and the pytest configuration, so its tests
 import the workspace's code (setup.cfg puts the directory first on sys.path). Every
 operation works fence by fence: stubbing chapter 5 leaves your chapter 4 work alone.
+
+Only a workspace is ever written: a directory holding MARKER, which `start` writes right
+after copying (workspaces made before the marker was written first have it too: `start`
+always wrote it, listing the chapters stubbed). The checkout itself, or a directory holding
+it, is never one; and before code is replaced, its files are copied to BACKUPS.
 """
 import os
 import shutil
 import subprocess
 import sys
+import time
+from importlib.util import find_spec
 from pathlib import Path
 
 from .markers import find_fences, replace_body
@@ -16,18 +23,59 @@ from .markers import find_fences, replace_body
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("minitensor", "parallel", "tests", "tutorials", "setup.cfg", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+MARKER = ".exercises-started"  # in a workspace: the chapters `start` has stubbed (maybe none yet)
+BACKUPS = ".exercises-backups"  # in a workspace: one dated folder per `reset` (or `start` over edits)
 
 
 def copy_checkout(destination, names=COPIED, source=REPO):
     """Copy the reference files `names` (default: all a workspace needs) into `destination`,
-    which must not exist."""
+    which must not exist or be empty."""
     destination = Path(destination)
-    destination.mkdir(parents=True)
+    destination.mkdir(parents=True, exist_ok=True)
     for name in names:
         if (source / name).is_dir():
             shutil.copytree(source / name, destination / name, ignore=IGNORED)
         else:
             shutil.copy2(source / name, destination / name)
+
+
+def library_roots():
+    """The checkout and the directories that hold the minitensor and parallel packages Python imports."""
+    return {REPO} | {Path(find_spec(name).origin).resolve().parents[1] for name in ("minitensor", "parallel")}
+
+
+def is_empty_or_new(directory):
+    return not directory.exists() or directory.is_dir() and not any(directory.iterdir())
+
+
+def workspace_problem(workspace, new_ok):
+    """Why `workspace` may not be written as a learner's workspace (one line), or None. With
+    new_ok (`start`), a new or empty directory is fine too: start makes it a workspace."""
+    workspace = Path(workspace).resolve()
+    if any(root == workspace or workspace in root.parents for root in library_roots()):
+        return (f"--workspace {workspace} is (or holds) the library's checkout, whose code the stubs would "
+                f"overwrite: give a new directory, e.g. --workspace {REPO / 'workspace'}")
+    if (workspace / MARKER).is_file() or new_ok and is_empty_or_new(workspace):
+        return None
+    if is_empty_or_new(workspace):
+        return f"no workspace at {workspace}: make one with `python -m tutorials.exercises start NN --workspace DIR`"
+    return (f"--workspace {workspace} was not made by `start` (it has no {MARKER}), so its files are not "
+            f"stubs to overwrite: give a new or empty directory")
+
+
+def back_up(paths, workspace):
+    """Copy the workspace's files `paths` (those it has) into a new BACKUPS/<date>_<time>[-n]
+    folder of it; that folder."""
+    base = Path(workspace) / BACKUPS / time.strftime("%Y-%m-%d_%H-%M-%S")
+    folder, n = base, 1
+    while folder.exists():  # a second reset in the same second must not overwrite the first's copy
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    folder.mkdir(parents=True)
+    for path in sorted({path for path in paths if (Path(workspace) / path).is_file()}):
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(workspace) / path, folder / path)
+    return folder
 
 
 def matching_fence(fence, workspace):
