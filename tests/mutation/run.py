@@ -85,7 +85,7 @@ def run_one(mutant, repo, files, timeout):
         if not plant(copy, mutant):
             return "original text not found", 0.0, f"in {mutant['file']}: {mutant['original']!r}"
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant["tests"]]
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *mutant["tests"]]
         try:
             done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

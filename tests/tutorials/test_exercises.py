@@ -62,6 +62,7 @@ def test_a_fence_that_cannot_become_a_stub_is_named(source, message):
         check_fences(source, "f.py", find_fences(source, "f.py"))
 
 
+@pytest.mark.deep  # a pytest run per exercise: minutes; .ci/run runs it (pytest -m deep)
 def test_each_stub_fails_every_test_listed_for_it(tmp_path):
     ids = list(EXERCISES)
     with ThreadPoolExecutor(2) as pool:  # two copies of the checkout, half the exercises each
@@ -105,3 +106,14 @@ def test_start_diff_reset_work_fence_by_fence(tmp_path, capsys):
     mine.write_text(mine.read_text().replace("raise NotImplementedError('exercise 02.1", "return None  # ('"))
     main(["reset", "2", "--workspace", str(workspace)])
     assert mine.read_text() == stub_text((REPO / fence.path).read_text(), find_fences((REPO / fence.path).read_text(), fence.path))
+
+
+def test_check_one_exercise_runs_only_its_tests(capsys):
+    from tutorials.exercises.__main__ import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", "5.2", "--reference"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "05.2  column-parallel forward" in out and "05.1" not in out
+    assert "1 of 1 exercise 05.2 pass" in out
+    with pytest.raises(SystemExit, match="chapter 05 has no exercise 05.9; it has 05.1, 05.2, 05.3"):
+        main(["check", "05.9", "--reference"])

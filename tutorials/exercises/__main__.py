@@ -3,6 +3,7 @@
     python -m tutorials.exercises list [NN]     the exercises (of chapter NN), their files and tests
     python -m tutorials.exercises start NN      copy the checkout to ./workspace (once) and stub chapter NN
     python -m tutorials.exercises check NN      run each exercise's tests against the workspace
+    python -m tutorials.exercises check NN.k    only exercise NN.k's (seconds)
     python -m tutorials.exercises diff NN       your code next to the reference (the library itself)
     python -m tutorials.exercises reset NN      put chapter NN's stubs back (your code: copied to .exercises-backups/)
 
@@ -24,6 +25,14 @@ def chapter_number(text):
     if not text.isdigit() or not 1 <= int(text) <= 99:
         raise argparse.ArgumentTypeError(f"chapter {text!r} must be a number from 1 to 99")
     return f"{int(text):02d}"
+
+
+def chapter_or_exercise(text):
+    """`check`'s argument: a chapter (05: all its exercises) or one exercise (05.2, or 5.2)."""
+    chapter, dot, number = text.partition(".")
+    if dot and not number.isdigit():
+        raise argparse.ArgumentTypeError(f"exercise {text!r} must be NN.k, e.g. 05.2")
+    return chapter_number(chapter) + (f".{int(number)}" if dot else "")
 
 
 def chapter_exercises(chapter):
@@ -84,9 +93,14 @@ def check(args):
     root = REPO if args.reference else args.workspace
     if not root.exists():
         sys.exit(f"no workspace at {root}; run: python -m tutorials.exercises start {args.chapter}")
-    found, failed = chapter_exercises(args.chapter), 0
-    if not args.reference and args.chapter not in started_chapters(root):
-        print(f"(chapter {args.chapter} is not started in {root}: its code is still the library's)")
+    chapter, _, number = args.chapter.partition(".")
+    found, failed = chapter_exercises(chapter), 0
+    if number:  # one exercise: only its tests run
+        if args.chapter not in found:
+            sys.exit(f"chapter {chapter} has no exercise {args.chapter}; it has {', '.join(found)}")
+        found = {args.chapter: found[args.chapter]}
+    if not args.reference and chapter not in started_chapters(root):
+        print(f"(chapter {chapter} is not started in {root}: its code is still the library's)")
     for id, fences in found.items():
         result = run_tests(root, TESTS[id])
         stubbed = not args.reference and any(is_stub(f, root) for f in fences)
@@ -96,7 +110,8 @@ def check(args):
         if result.returncode != 0 and not stubbed:
             print("\n".join("      " + line for line in result.stdout.splitlines()[-12:]))
             print(f"      failing: {' '.join(failed_node_ids(result.stdout)) or 'see above'}")
-    print(f"\n{len(found) - failed} of {len(found)} exercises of chapter {args.chapter} pass ({root})")
+    what = f"exercise {args.chapter}" if number else f"exercises of chapter {chapter}"
+    print(f"\n{len(found) - failed} of {len(found)} {what} pass ({root})")
     sys.exit(1 if failed else 0)
 
 
@@ -128,7 +143,11 @@ def main(argv=None):
     for name, action, chapter in (("list", list_exercises, "?"), ("start", start, None), ("check", check, None),
                                   ("diff", diff, None), ("reset", reset, None)):
         command = commands.add_parser(name)
-        command.add_argument("chapter", type=chapter_number, nargs=chapter, help="chapter number, 1 to 99")
+        if name == "check":
+            command.add_argument("chapter", type=chapter_or_exercise, metavar="NN[.k]",
+                                 help="a chapter (all its exercises) or one exercise, e.g. 05.2 (seconds)")
+        else:
+            command.add_argument("chapter", type=chapter_number, nargs=chapter, help="chapter number, 1 to 99")
         command.set_defaults(run=action)
         command.add_argument("--workspace", type=Path, default=Path("workspace").resolve(),
                              help="the workspace directory (default: ./workspace)")

@@ -117,7 +117,9 @@ def run_tests(root, node_ids, timeout=300):
     hypothesis without its slow explain phase (tests/conftest.py's "exercises" profile)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="exercises")
     env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "--tb=line", *node_ids]
+    # one process (-n 0): a few tests start faster alone than pytest-xdist's workers do
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rf", "--tb=line",
+               *node_ids]
     try:
         return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:  # a learner's loop that never ends: a failure like any other
