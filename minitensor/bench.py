@@ -6,12 +6,14 @@
 For a small and a medium config it prints the median ms/step, tokens/s, the
 share of the step spent inside matrix products (the `MatMul` and `Linear`
 Functions' forward and backward, timed by `bench_timing.matmul_timer`), the model FLOPs
-utilisation and the peak memory of a step. If PyTorch is installed it also times
-the same architecture in PyTorch eager on the CPU, with torch's thread count set to
-numpy's BLAS thread count, and prints the ratio (the median over rounds of each round's
-ratio: `paired_ratio`). torch is optional: it is imported
-only inside `bench_torch.torch_step`. The process keeps freed memory for reuse
-(`minitensor.allocator`) unless `--release-memory` is given.
+utilisation and the peak memory of a step. Beside it, the numpy limit: the same step
+written by hand in numpy with no autograd (`bench_numpy`), and the engine's ratio to it,
+what its graph and Tensor objects cost. If PyTorch is installed it also times the same
+architecture in PyTorch eager on the CPU, with torch's thread count set to numpy's BLAS
+thread count. Each ratio is the median over rounds of each round's ratio
+(`paired_ratio`). torch is optional: it is imported only inside `bench_torch.torch_step`.
+The process keeps freed memory for reuse (`minitensor.allocator`) unless
+`--release-memory` is given.
 
 MFU (model FLOPs utilisation) = model FLOPs per step / step time / the GEMM rate,
 where model FLOPs = 6·N·tokens (forward 2·N, backward 4·N per token; N the parameters
@@ -33,6 +35,7 @@ import numpy as np
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
 from minitensor.bench_graph import graph_main
+from minitensor.bench_numpy import numpy_step
 from minitensor.bench_timing import (
     CONFIGS,
     every_step,
@@ -80,6 +83,12 @@ def minitensor_step(config, batch):
     return training_step(model, model, *random_batch(config, batch))
 
 
+def numpy_limit_step(config, batch):
+    """The same step, from the same weights, written by hand in numpy (bench_numpy)."""
+    mt.manual_seed(0)
+    return numpy_step(config, GPT(config).state_dict(), *random_batch(config, batch))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per config")
@@ -98,23 +107,24 @@ def main(argv=None):
     probe = gemm_probe()
     probe()  # the first product wakes BLAS's threads
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
-          f"(minitensor and torch in alternating blocks), "
+          f"(minitensor, the numpy limit and torch in alternating blocks), "
           f"freed memory {'kept (minitensor.allocator)' if kept else 'released to the OS'}")
     rows, gemm = [], []
     for name in args.configs:
         config, batch = CONFIGS[name]
         step = minitensor_step(config, batch)
         other = None if args.no_torch else torch_step(config, *random_batch(config, batch), threads)
-        times, matmul, torch_times, probes = time_steps(step, other, args.steps, args.warmup, probe=probe)
+        times, matmul, (numpy_times, torch_times), probes = time_steps(
+            step, [numpy_limit_step(config, batch), other], args.steps, args.warmup, probe=probe)
         gemm += probes
         peaks = peak_step_bytes(step), (peak_step_bytes(other) if other else None)
-        rows.append((name, config, batch, times, matmul, torch_times, peaks))
+        rows.append((name, config, batch, times, matmul, numpy_times, torch_times, peaks))
     rate = 2 * GEMM_SIZE**3 / statistics.median(gemm)
     print(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s (float32 {GEMM_SIZE}³, median of {len(gemm)}, one per round); "
           f"MFU = (6·N·tokens + attention FLOPs) / step time / GEMM rate; peak = largest RSS increase in a step")
     print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'MFU':>5} {'peak MiB':>9} "
-          f"{'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
-    for name, config, batch, rounds, matmul, torch_rounds, (peak, torch_peak) in rows:
+          f"{'numpy ms':>9} {'ratio':>6} {'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
+    for name, config, batch, rounds, matmul, numpy_rounds, torch_rounds, (peak, torch_peak) in rows:
         times = every_step(rounds)
         ms = 1e3 * statistics.median(times)
         share = statistics.median(m / t for m, t in zip(every_step(matmul), times))
@@ -127,8 +137,9 @@ def main(argv=None):
             tail = (f"{torch_ms:9.1f} {paired_ratio(rounds, torch_rounds):5.2f}x "
                     f"{flops / (torch_ms / 1e3) / rate:9.0%} "
                     f"{mib(torch_peak):>9}")
+        numpy_ms = 1e3 * statistics.median(every_step(numpy_rounds))
         print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {flops / (ms / 1e3) / rate:5.0%} "
-              f"{mib(peak):>9} {tail}")
+              f"{mib(peak):>9} {numpy_ms:9.1f} {paired_ratio(rounds, numpy_rounds):5.2f}x {tail}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def compare(name, args, kept):
               f"it would move {forced['bytes_moved'] - totals[0]['bytes_moved']:+,} bytes (copying the weights "
               f"costs more than reading x once instead of three times)")
     print(f"loss before {loss:.7f} after {loss_after:.7f} (|difference| {abs(loss - loss_after):.1e})")
-    rounds, _, rounds_after, _ = bench_timing.time_steps(before_step, after_step, args.steps, args.warmup)
+    rounds, _, [rounds_after], _ = bench_timing.time_steps(before_step, [after_step], args.steps, args.warmup)
     times, times_after = bench_timing.every_step(rounds), bench_timing.every_step(rounds_after)
     ms = [1e3 * statistics.median(t) for t in (times, times_after)]
     peaks = [bench_timing.peak_step_bytes(s) for s in (before_step, after_step)]

@@ -93,17 +93,18 @@ def training_step(model, forward, idx, targets):
     return step
 
 
-def time_steps(step, other, steps, warmup, rounds=4, probe=None):
-    """Seconds per step of `step` and its seconds inside matmuls, seconds per step of
-    `other` (or None), each a list of rounds (a list of steps each), and the seconds of
-    `probe()` called once per round (or []).
+def time_steps(step, others, steps, warmup, rounds=4, probe=None):
+    """Seconds per step of `step` and its seconds inside matmuls, seconds per step of each of
+    `others` (None for an absent one), each a list of rounds (a list of steps each), and the
+    seconds of `probe()` called once per round (or []).
 
-    The two run in alternating blocks of steps/rounds steps, each block after `warmup`
-    untimed steps: a busy machine slows both alike, while within a block each library's
-    thread pool is already awake (switching every step would make each wait for the
-    other's spinning threads). The two blocks of a round, back to back, feed `paired_ratio`.
+    They run in alternating blocks of steps/rounds steps, each block after `warmup` untimed
+    steps: a busy machine slows them alike, while within a block each library's thread
+    pool is already awake (switching every step would make each wait for the other's
+    spinning threads). The blocks of a round, back to back, feed `paired_ratio`.
     """
-    times, matmul, other_times, probes = [], [], [], []
+    times, matmul, probes = [], [], []
+    other_times = [[] if other else None for other in others]
     for r in range(rounds):
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
@@ -118,15 +119,22 @@ def time_steps(step, other, steps, warmup, rounds=4, probe=None):
             matmul[-1].append(inside[0])
         if probe:  # here, not after torch's block: its OpenMP threads spin on after it, sharing the cores
             probes.append(probe())
-        if other:
-            for _ in range(warmup):
-                other()
-            other_times.append([])
-            for _ in range(block):
-                start = time.perf_counter()
-                other()
-                other_times[-1].append(time.perf_counter() - start)
-    return times, matmul, (other_times if other else None), probes
+        for other, rounds_of_other in zip(others, other_times):
+            if other:
+                rounds_of_other.append(time_block(other, block, warmup))
+    return times, matmul, other_times, probes
+
+
+def time_block(step, count, warmup):
+    """Seconds of each of `count` calls of step(), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        step()
+    seconds = []
+    for _ in range(count):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 def every_step(rounds):

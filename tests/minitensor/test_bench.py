@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import minitensor as mt
-from minitensor import bench, bench_timing
+from minitensor import bench, bench_numpy, bench_timing
+from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
 
@@ -41,9 +42,9 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     # each GEMM probe reads the clock twice: 1 tick, so the rate is 2·1024³ FLOPs per ms
     rate = 2 * 1024**3 / TICK
     assert lines[1].startswith(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s")
-    assert lines[2].split() == ["config", "ms/step", "tokens/s", "matmul", "MFU", "peak", "MiB", "torch", "ms",
-                                "ratio", "torch", "MFU", "torch", "MiB"]
-    name, ms, tokens, share, mfu, peak, torch_ms, ratio, torch_mfu, torch_mib = lines[3].split()
+    assert lines[2].split() == ["config", "ms/step", "tokens/s", "matmul", "MFU", "peak", "MiB", "numpy", "ms",
+                                "ratio", "torch", "ms", "ratio", "torch", "MFU", "torch", "MiB"]
+    name, ms, tokens, share, mfu, peak, numpy_ms, numpy_ratio, torch_ms, ratio, torch_mfu, torch_mib = lines[3].split()
     # A step with n timed matrix products reads the clock 2n + 2 times: 2n + 1 ticks long, n inside.
     # The small GPT has 17 products: 2 blocks × (q, k, v, attn.proj, mlp.fc, mlp.proj Linears and
     # the 2 attention matmuls) + lm_head; each runs forward and backward: n = 34, 69 ticks, 34/69.
@@ -56,6 +57,29 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     assert mfu == f"{flops / 69e-3 / rate:.0%}"
     assert peak == "-" or int(peak) >= 0
     assert (torch_ms, ratio, torch_mfu, torch_mib) == ("-", "-", "-", "-")
+    # the numpy limit's step reads the clock twice, one tick: 69 times faster than the engine's
+    assert (numpy_ms, numpy_ratio) == ("1.0", "69.00x")
+
+
+def test_the_numpy_limit_is_the_same_step_loss_gradients_and_adamw():
+    """From the same weights (float64), the hand-written step's loss and every gradient equal
+    the engine's, and one AdamW step leaves the same weights."""
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16)
+    mt.manual_seed(0)
+    model = GPT(config, dtype=np.float64)
+    idx, targets = bench_timing.random_batch(config, 3)
+    reference = bench_numpy.NumpyGPT(config, model.state_dict())
+    loss, grads = reference.loss_and_grads(idx, targets)
+    _, engine_loss = model(idx, targets)
+    engine_loss.backward()
+    assert loss == pytest.approx(engine_loss.item(), rel=1e-12)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad, rtol=1e-10, atol=1e-14, err_msg=name)
+    step = bench_numpy.numpy_step(config, model.state_dict(), idx, targets)
+    step()
+    bench_timing.training_step(model, model, idx, targets)()
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(step.model.params[name], p.data, rtol=1e-10, atol=1e-14, err_msg=name)
 
 
 def test_peak_step_bytes_sees_an_array_the_step_touches():
