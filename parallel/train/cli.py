@@ -17,7 +17,7 @@ from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
-from .errors import configure_world, seconds
+from .errors import configure_world, log_errors_to, seconds
 from .finite import TrainingStopped
 from .flag_checks import check_args
 from .loop import model_config, train
@@ -119,6 +119,8 @@ def build_parser():
                      "directory DIR (any layout)")
     out.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: at the end)")
     out.add_argument("--log-every", type=int, metavar="N", help="progress line every N steps")
+    out.add_argument("--log-dir", metavar="DIR", help="each failing rank also writes its one-line error to "
+                     "DIR/rank_NNNNN.error (default: --save DIR): a rank cut off from the launcher keeps it there")
     out.add_argument("--timeout", type=seconds, metavar="SECONDS",
                      help="end the job when a rank waits this long for another (default: $PARALLEL_TIMEOUT, else 300; "
                           "this flag wins over the variable)")
@@ -159,6 +161,7 @@ def main(argv=None):
         parser.exit(2, f"{parser.prog}: error: {exc}; fix it, or pass --timeout SECONDS, which wins over it\n")
     if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
+    log_errors_to(args.log_dir or args.save)
     prefix = f"{parser.prog}: error: " + (f"rank {launched.rank}: " if launched.size > 1 else "")
     error = None
     try:

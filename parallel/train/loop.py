@@ -140,7 +140,7 @@ def finish(args, model, task, group, losses, step_stats, checker, seconds):
     if group.rank == 0:
         name, value = metric
         result["metric"] = value
-        print(f"trained {len(losses)} steps in {report.clock(seconds)} ({seconds:.1f} s)", flush=True)
+        print(f"trained {len(losses)} steps in {report.clock(seconds)} ({seconds:.2f} s)", flush=True)
         print(f"{name}: {value:.4f}" + (f" ({value:.1%})" if name.endswith("exact match") else ""), flush=True)
         print("sample:\n" + sample(dense, task), flush=True)
         if model.amp.scaler.enabled:

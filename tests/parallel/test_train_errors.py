@@ -100,6 +100,18 @@ def test_an_error_on_one_mpi_rank_is_one_line_and_ends_the_job(tmp_path):
 
 
 @requires_mpiexec
+def test_a_failing_rank_writes_its_line_into_the_log_dir_and_says_so(tmp_path):
+    """A rank cut off from the launcher loses its stderr (Hydra carries it), not this file."""
+    path, logs = tmp_path / "file", tmp_path / "logs"
+    result = mpiexec("-n", "2", sys.executable, SCRIPTS / "train_rank0_fails.py", path, *TINY, "--dp", "2",
+                     "--log-dir", logs)
+    line = f"{ERROR}rank 0 of 2: FileExistsError: [Errno 17] File exists: '{path}'"
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [f"{line} (every failing rank's line is in {logs}/rank_*.error)"]
+    assert (logs / "rank_00000.error").read_text() == line + "\n"
+
+
+@requires_mpiexec
 @pytest.mark.parametrize("where", ["a flag", "the save"])
 def test_an_error_on_every_mpi_rank_is_printed_once(where, tmp_path):
     if where == "a flag":  # checked before any work, alike on every rank
