@@ -7,7 +7,7 @@ from importlib.util import find_spec
 import pytest
 from mpi_launch import REPO, run_command
 
-from tutorials.pictures import PICTURES, TUTORIALS
+from tutorials.pictures import PICTURES, TUTORIALS, cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -51,7 +51,25 @@ def test_an_unknown_picture_is_named_in_the_error(capsys):
     from tutorials.pictures import main
     with pytest.raises(SystemExit):
         main(["mesh_grid", "no_such_picture"])
-    assert "unknown picture(s) no_such_picture; choose from train_loss, ring_steps" in capsys.readouterr().err
+    assert "unknown picture(s) no_such_picture; choose from autograd_graph, train_loss" in capsys.readouterr().err
+
+
+def test_every_chapter_has_a_picture_and_chapter_selects_them(capsys):
+    chapters = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*"))
+    assert sorted({p.chapter for p in PICTURES}) == chapters
+    cli.main(["--list", "--chapter", "13", "8"])
+    listed = capsys.readouterr().out.split()
+    assert listed[::2] == ["gpipe_vs_1f1b", "interleaved", "zero_bytes", "prefetch"]
+    with pytest.raises(SystemExit):
+        cli.main(["--chapter", "99"])
+    assert "no pictures in chapter(s) 99" in capsys.readouterr().err
+
+
+def test_new_pictures_have_their_text_form_without_matplotlib():
+    out = pictures_command("--chapter", "01", "15", "18", hide_matplotlib=True)
+    assert "=== 01_autograd: autograd_graph" in out and "backward visits: Sum -> Softplus" in out
+    assert "=== 15_context_parallel: ring_rotation" in out and "rank 0 holds K/V of rank 0" in out
+    assert "=== 18_finding_the_strategy: sharded_block" in out and ".png" not in out
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_picture_is_computed(tmp_path, monkeypatch, capsys):
@@ -60,8 +78,8 @@ def test_an_out_that_is_a_file_is_refused_before_any_picture_is_computed(tmp_pat
     def must_not_run(quick):
         raise AssertionError("a picture was computed before --out was checked")
 
-    monkeypatch.setattr(pictures, "PICTURES", [replace(pictures.PICTURES[0], compute=must_not_run)])
-    monkeypatch.setattr(pictures, "pyplot", lambda: object())  # drawing, with or without matplotlib here
+    monkeypatch.setattr(cli, "PICTURES", [replace(pictures.PICTURES[0], compute=must_not_run)])
+    monkeypatch.setattr(cli, "pyplot", lambda: object())  # drawing, with or without matplotlib here
     (tmp_path / "file").write_text("mine")
     with pytest.raises(SystemExit) as exit_info:
         pictures.main([pictures.PICTURES[0].name, "--out", str(tmp_path / "file")])

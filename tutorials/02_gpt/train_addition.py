@@ -77,7 +77,7 @@ def main(args):
     show_answers(model, task)
     matched = exact_match(model, task, num_problems=200)
     print(f"held-out exact match on 200 problems: {matched:.3f}")
-    return losses, matched  # what tutorials/pictures.py draws
+    return losses, matched  # what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def main(args):
     print(f"latency and bandwidth cost the same at m = n*alpha/beta: {half / KIB:.1f} KiB "
           f"(smaller messages are latency-bound, larger ones bandwidth-bound)")
     print(f"largest model/measured ratio: {np.max(np.maximum(model / times, times / model)):.2f}")
-    return dict(sizes=sizes, times=times, alpha=alpha, beta=beta, n=n)  # what tutorials/pictures.py draws
+    return dict(sizes=sizes, times=times, alpha=alpha, beta=beta, n=n)  # what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main(args):
         print(parallel.launch.launch_report(group))
     steps = show_steps(group)
     check_and_count(group, args.elements)
-    return steps  # what tutorials/pictures.py draws
+    return steps  # what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def main(args):
         print(f"\nall_reduce calls in this backward: {stats['calls']} (one per bucket, {len(rows[0][2])} buckets)")
         print(f"largest gradient difference vs one device, overlapped: {diff:.1e}")
         print(f"largest gradient difference vs one device, all-reduce after backward: {off_diff:.1e}")
-    return rows  # (gradient name, its bucket, every bucket's state): what tutorials/pictures.py draws
+    return rows  # (gradient name, its bucket, every bucket's state): what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def main(args):
           f"{per_step(zero_stats, ['reduce_scatter', 'all_gather']):,}")
     print(f"largest parameter difference after {args.steps} steps vs one device, DataParallel: {dp_diff:.1e}")
     print(f"largest parameter difference after {args.steps} steps vs one device, ZeRO-1: {zero_diff:.1e}")
-    return memory  # (rank, [AdamW, ZeRO-1]) optimizer-state bytes: what tutorials/pictures.py draws
+    return memory  # (rank, [AdamW, ZeRO-1]) optimizer-state bytes: what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

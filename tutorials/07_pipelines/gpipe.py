@@ -96,7 +96,7 @@ def main(trace_path):
     if group.rank == 0:
         shown.save_chrome_trace(trace_path)
     say(f"Chrome trace written to {trace_path}: open it at https://ui.perfetto.dev")
-    return simulated, shown  # the two timelines printed above: what tutorials/pictures.py draws
+    return simulated, shown  # the two timelines printed above: what tutorials/pictures/ draws
 
 
 if __name__ == "__main__":

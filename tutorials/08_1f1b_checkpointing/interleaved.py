@@ -31,7 +31,7 @@ REPEATS = 5  # timed steps after a warm-up step: their median bubble is printed
 
 
 def simulate(say):
-    """Print the simulated timelines; return them as [(title, Timeline)] (tutorials/pictures.py)."""
+    """Print the simulated timelines; return them as [(title, Timeline)] (tutorials/pictures/)."""
     timelines = []
     say(f"simulated, p = {SIM_P} ranks, m = {SIM_M} micro-batches (a rank's whole forward 1 unit, "
         f"backward 2; a chunk's 1/v of that):")

@@ -28,7 +28,7 @@ BATCH, SEQ, M = 8, 16, 8
 
 
 def simulate(say):
-    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures.py)."""
+    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures/)."""
     timelines = []
     say(f"simulated, p = {SIM_P} stages, m = {SIM_M} micro-batches (forward 1 unit, backward 2):")
     for name in ("gpipe", "1f1b"):

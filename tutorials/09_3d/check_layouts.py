@@ -119,7 +119,7 @@ def main(layouts, steps, sequence_parallel, zero):
             f"({worst['gradients'][1]})  parameters {values[2]:.1e} ({worst['parameters'][1]})")
     say(f"largest over {len(layouts)} layout(s) x {steps} step(s): {overall:.1e} "
         f"(tolerance {TOLERANCE:g}): {'equal' if overall <= TOLERANCE else 'DIFFERENT'}")
-    return curves  # the loss of every step, per layout: what tutorials/pictures.py draws
+    return curves  # the loss of every step, per layout: what tutorials/pictures/ draws
 
 
 def parse_layouts(text):

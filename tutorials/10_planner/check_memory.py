@@ -47,7 +47,7 @@ def main():
     for rank, (plan_bytes, real) in enumerate(rows):
         say(f"  tp rank {rank}: planner {plan_bytes:>8}  real model {real:>8}  difference {real - plan_bytes}")
 
-    predictions = {"tensor parallel: parameter bytes": rows}  # (planner, real) pairs, for tutorials/pictures.py
+    predictions = {"tensor parallel: parameter bytes": rows}  # (planner, real) pairs, for tutorials/pictures/
     if n > CONFIG.n_layer:
         say(f"\n(pipeline part skipped: {n} stages need at least {n} blocks)")
         return predictions

@@ -30,7 +30,7 @@ BATCH, SEQ, M = 8, 16, 8
 
 
 def simulate(say):
-    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures.py)."""
+    """Print the simulated timelines; return them as [(schedule, Timeline)] (tutorials/pictures/)."""
     timelines = []
     say(f"simulated, p = {SIM_P} stages, m = {SIM_M} micro-batches, F = B = W = 1 unit "
         f"(1F1B's backward is B + W = 2):")

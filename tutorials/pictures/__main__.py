@@ -1,0 +1,3 @@
+from tutorials.pictures.cli import main
+
+main()
