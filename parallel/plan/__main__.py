@@ -6,6 +6,9 @@
         --devices 16 --device v100-32gb --batch 256 --explain 1
     python -m parallel.plan --config medium --devices 8 --mem-per-device 2GB --batch 8 --max-cp 4 --longest-sequence
     python -m parallel.plan --calibrate
+    python -m parallel.plan --n-layer 128 --d-model 25600 --n-head 160 --vocab 51200 --seq 2048 --batch 3072 \\
+        --devices 3072 --device a100-80gb --layout tp=8,pp=64,dp=6 --json      (plan.cluster_cli)
+    python -m parallel.plan --validate-published
     python -m parallel.plan --config medium --devices 2 --auto-shard
     python -m parallel.plan --config medium --devices 2 --simulate --top 4
 
@@ -21,6 +24,7 @@ from dataclasses import asdict, replace
 from minitensor.flags import AT_LEAST_1, DashValueParser, at_most, bad_flag, parse_checked
 from minitensor.models.bert import BertConfig
 
+from . import cluster_cli
 from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
 from .memory import memory_per_rank, micro_batch_size
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
@@ -98,6 +102,7 @@ def build_parser():
                         help="search the tensor-parallel sharding of one traced block over --devices ranks "
                         "(micro-batch: --batch sequences) and print it (parallel.plan.auto); the block runs "
                         f"here: at most {MAX_MEASURED_BYTES / 2**30:.3g} GiB of it")
+    cluster_cli.add_flags(parser)
     parser.add_argument("--simulate", action="store_true",
                         help="also predict the top rows by replaying their pipeline schedule with part costs "
                         "measured on this machine (parallel.plan.simulate): one block of each row's "
@@ -157,6 +162,8 @@ def main(argv=None):
     too_large = bad_flag(args, {dest: at_most(high) for dest, high in LIMITS.items()})
     if too_large:
         parser.error(f"{too_large}, the planner's bound")
+    if args.validate_published or args.layout or args.json:
+        return cluster_cli.run(args, parser, model_config)
     if args.calibrate:
         from .calibrate import calibrate
         calibrate(args.output)

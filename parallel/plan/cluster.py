@@ -1,0 +1,235 @@
+"""The step a GPU cluster runs: Megatron-LM's GPT (Narayanan et al. 2021) on a profile's `cluster` figures.
+
+The device figures are data (profiles.json, `cluster` and `cluster_sources`: datasheet or published
+microbenchmark, none fitted). What is counted here is the *software*: which kernels Megatron-LM
+(2021) launches per transformer block, how many bytes each memory-bound one moves, and which
+communication it overlaps (none: tp all-reduces, pipeline sends and the dp all-reduce all sit on
+the critical path in that code). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
+v model chunks per stage (interleaved 1F1B; v = 1 is plain 1F1B), full activation recomputation.
+
+Per block and micro-batch on one GPU (T = b·s tokens, a heads, h hidden):
+  GEMMs      qkv (T, 3h/t, h), scores (s, s, h/a) × b·a/t, context (s, h/a, s) × b·a/t,
+             proj (T, h, h/t), fc1 (T, 4h/t, h), fc2 (T, h, 4h/t); each runs forward twice
+             (recomputation) and backward as dgrad (M, K, N) + wgrad (K, N, M). A GEMM costs
+             max(its tile- and wave-quantized flops at gemm_efficiency·peak, its bytes at HBM speed).
+  memory     the kernels between GEMMs, bytes counted below at hbm_efficiency·HBM bandwidth:
+  bound      LayerNorms, bias-dropout-adds (replicated on every tp rank: Megatron 2021 has no
+             sequence parallelism), bias-GELU (sharded), softmax + dropout of the a·s² scores,
+             and the fp32 main-grad accumulation of every weight after each micro-batch.
+  tp         6 ring all-reduces of b·s·h·2 bytes (2 forward, 2 recomputed, 2 backward), NVLink.
+  pp         per micro-batch and chunk one send forward and one backward of b·s·h·2 bytes; across
+             nodes each tp rank sends 1/t of it on its own NIC and the stage all-gathers it on NVLink
+             (Megatron's scatter/gather optimisation).
+The last stage adds the lm_head GEMM (3 passes) and the cross-entropy; the slowest stage paces the
+pipeline: pipelined = (m + (p − 1)/v)·t_stage, m = batch/(d·b) micro-batches (the bubble is the
+(p − 1)/v part). Then, not overlapped: the dp ring all-reduce of the fp32 gradients (a group with k
+members per node moves at min(NVLink, k NICs)), the first/last stage all-reduce of the tied
+embedding's gradient, and the optimizer (Adam on fp32 masters, memory-bound).
+TFLOP/s per GPU counts the paper's model flops (its eq. 3): 96·B·s·l·h²·(1 + s/6h + V/16lh).
+"""
+from dataclasses import dataclass
+from math import ceil
+
+from ..alpha_beta import all_gather, ring_all_reduce
+from .layout import Layout, get_precision
+from .memory import peak_memory
+
+# Bytes moved by Megatron-LM 2021's memory-bound kernels, counted from its code (fp16 activations):
+REPLICATED_BYTES_PER_TOKEN_H = 68   # 2 LayerNorms (r 2h, w 2h) + 2 bias-dropout-adds (r 4h, w 2h, mask h):
+                                    # 22h forward, 22h recomputed, 24h backward; per token, in units of h
+GELU_BYTES_PER_TOKEN_H = 56         # bias-GELU on 4h/t: 16 forward, 16 recomputed, 24 backward (units h/t)
+COPY_BYTES_PER_TOKEN_H = 12         # the context layer's permute().contiguous(): 4 per pass (units h/t)
+SCORE_BYTES = 29                    # per attention score: softmax (r2 w2) + dropout (r2 w2 mask 1) = 9
+                                    # forward, 9 recomputed, backward dropout 5 + softmax 6 = 11
+MAIN_GRAD_BYTES = 6                 # per weight per micro-batch: main_grad += grad, fp16 (r 2 + 2, w 2): --fp16
+                                    # keeps main_grad in fp16 (accumulate_allreduce_grads_in_fp32 is off)
+CROSS_ENTROPY_BYTES = 40            # per logit: fp16 → fp32, max, exp, sum, and the backward's passes
+OPTIMIZER_BYTES = 46                # per parameter per step: Adam on fp32 master, m, v (r/w 24), grad
+                                    # unscale + inf check + norm (12), fp16 copy (2), zero main_grad (4), ...
+DTYPE = "mixed"                     # --fp16: 2-byte weights, grads (reduced in fp16), fp32 master + Adam: 16 B/param
+
+
+def figures(profile):
+    if "cluster" not in profile:
+        raise ValueError(f"device {profile.get('name')!r} has no 'cluster' figures (profiles.json); "
+                         "known: a100-80gb, v100-32gb, h100-80gb")
+    return profile["cluster"]
+
+
+def gemm_seconds(gpu, m, n, k, batch=1):
+    """One (batched) GEMM: the cheapest thread-block tile, every wave of `sms` tiles paid in full, at
+    gemm_efficiency of peak — or its bytes at the HBM speed if that is longer (small K, e.g. scores)."""
+    rate = gpu["peak_flops"] * gpu["gemm_efficiency"]
+    compute = min(ceil(ceil(m / tm) * ceil(n / tn) * batch / gpu["sms"]) * gpu["sms"] * 2 * tm * tn * k
+                  for tm, tn in gpu["gemm_tiles"]) / rate
+    return max(compute, memory_seconds(gpu, 2 * batch * (m * k + k * n + m * n)))
+
+
+def memory_seconds(gpu, nbytes):
+    return nbytes / (gpu["hbm_bytes_per_s"] * gpu["hbm_efficiency"])
+
+
+def training_gemm(gpu, m, n, k, batch=1, forwards=2):
+    """Forward `forwards` times (2 with recomputation), backward as dgrad + wgrad."""
+    return (forwards * gemm_seconds(gpu, m, n, k, batch) + gemm_seconds(gpu, m, k, n, batch)
+            + gemm_seconds(gpu, k, n, m, batch))
+
+
+def nvlink(gpu):
+    return gpu["nvlink_alpha_us"] * 1e-6, 1 / (gpu["nvlink_bytes_per_s"] * gpu["nvlink_efficiency"])
+
+
+def group_link(gpu, stride, size):
+    """(α, β) of a group of `size` GPUs `stride` apart: NVLink inside a node, else the k members per
+    node bring k NICs (NCCL's rings use them all), at most NVLink's speed."""
+    if stride * size <= gpu["gpus_per_node"]:
+        return nvlink(gpu)
+    per_node = max(1, min(size, gpu["gpus_per_node"] // stride))
+    speed = min(gpu["nvlink_bytes_per_s"] * gpu["nvlink_efficiency"],
+                per_node * gpu["nic_bytes_per_s"] * gpu["nic_efficiency"])
+    return gpu["nic_alpha_us"] * 1e-6, 1 / speed
+
+
+def block_seconds(config, gpu, t, b):
+    """{gemm, memory, tp} seconds of one block, one micro-batch, forward + recompute + backward."""
+    s, h, a = config.block_size, config.d_model, config.n_head
+    tokens = b * s
+    gemm = (training_gemm(gpu, tokens, 3 * h // t, h) + training_gemm(gpu, s, s, h // a, b * a // t)
+            + training_gemm(gpu, s, h // a, s, b * a // t) + training_gemm(gpu, tokens, h, h // t)
+            + training_gemm(gpu, tokens, 4 * h // t, h) + training_gemm(gpu, tokens, h, 4 * h // t))
+    nbytes = (tokens * h * (REPLICATED_BYTES_PER_TOKEN_H + (GELU_BYTES_PER_TOKEN_H + COPY_BYTES_PER_TOKEN_H) / t)
+              + SCORE_BYTES * b * a * s * s / t + MAIN_GRAD_BYTES * 12 * h * h / t)
+    alpha, beta = nvlink(gpu)
+    tp = 6 * ring_all_reduce(t, 2 * tokens * h, alpha, beta) if t > 1 else 0.0
+    return {"gemm": gemm, "memory": memory_seconds(gpu, nbytes), "tp": tp}
+
+
+def head_seconds(config, gpu, t, b):
+    """The last stage's lm_head (vocab-parallel, 3 passes), its cross-entropy, and the main-grad
+    accumulation of its (tied) weight, one micro-batch."""
+    tokens, vocab = b * config.block_size, -(-config.vocab_size // t)
+    return (training_gemm(gpu, tokens, vocab, config.d_model, forwards=1)
+            + memory_seconds(gpu, CROSS_ENTROPY_BYTES * tokens * vocab + MAIN_GRAD_BYTES * vocab * config.d_model))
+
+
+def p2p_seconds(gpu, t, dp, p, nbytes):
+    """One activation (or its gradient) from a stage to the next."""
+    if t * dp * p <= gpu["gpus_per_node"] or p == 1:
+        alpha, beta = nvlink(gpu)
+        return alpha + nbytes * beta
+    alpha, beta = gpu["nic_alpha_us"] * 1e-6, 1 / (gpu["nic_bytes_per_s"] * gpu["nic_efficiency"])
+    send = alpha + nbytes / t * beta
+    return send + (all_gather(t, nbytes, *nvlink(gpu)) if t > 1 else 0.0)
+
+
+def model_flops(config, batch):
+    """The paper's eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh), recomputation included."""
+    s, l, h, vocab = config.block_size, config.n_layer, config.d_model, config.vocab_size
+    return 96 * batch * s * l * h * h * (1 + s / (6 * h) + vocab / (16 * l * h))
+
+
+@dataclass
+class Step:
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    chunks: int
+    seconds: dict
+    memory: dict
+    limit: float
+    tflops: float
+
+    @property
+    def fits(self):
+        return self.memory["total"] <= self.limit
+
+    def as_json(self):
+        return {"layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
+                           "micro_batches": None, "v": self.chunks, "recompute": "full"},
+                "step_seconds": self.seconds["step"], "tflops_per_device": self.tflops,
+                "memory_bytes_per_device": self.memory["total"], "memory_limit_bytes": self.limit,
+                "fits": self.fits, "seconds": self.seconds, "memory": self.memory}
+
+
+def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node):
+    """Why (tp, pp, dp, b, v) cannot run, or None."""
+    checks = [(tp * pp * dp == devices, f"tp·pp·dp = {tp * pp * dp} is not --devices {devices}"),
+              (config.n_head % tp == 0, f"tp={tp} does not divide n_head={config.n_head}"),
+              (tp <= gpus_per_node, f"tp={tp} spans nodes of {gpus_per_node} GPUs"),
+              (config.n_layer % (pp * v) == 0, f"pp·v = {pp * v} does not divide n_layer={config.n_layer}"),
+              (batch % (dp * b) == 0, f"batch={batch} is not divisible by dp·m = {dp}·{b}"),
+              (v == 1 or (pp > 1 and batch // (dp * b) % pp == 0),
+               f"interleaving (v={v}) needs pp > 1 and micro-batches divisible by pp={pp}")]
+    return next((why for ok, why in checks if not ok), None)
+
+
+def step(config, profile, batch, tp, pp, dp, b, v=1):
+    """The Step of one layout (ValueError if it cannot run); see the module docstring."""
+    gpu = figures(profile)
+    why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"])
+    if why:
+        raise ValueError(why)
+    m, s, h = batch // (dp * b), config.block_size, config.d_model
+    block = block_seconds(config, gpu, tp, b)
+    per_block = sum(block.values())
+    layers = config.n_layer // pp
+    p2p = 2 * v * p2p_seconds(gpu, tp, dp, pp, 2 * b * s * h) if pp > 1 else 0.0
+    head = head_seconds(config, gpu, tp, b)
+    stage = layers * per_block + head + p2p           # the last stage, the slowest
+    precision = get_precision(DTYPE)
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, checkpoint=True)
+    _, memory = peak_memory(config, layout, batch, DTYPE)
+    params = memory["params"] / precision.param_bytes
+    alpha, beta = group_link(gpu, tp, dp)
+    dp_time = ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta) if dp > 1 else 0.0
+    embedding = (ring_all_reduce(2, -(-config.vocab_size // tp) * h * precision.dp_grad_bytes,
+                                 *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0)
+    seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + head),
+               "gemm": m * layers * block["gemm"], "memory_bound": m * layers * block["memory"],
+               "tp": m * layers * block["tp"], "pp": m * p2p, "bubble": (pp - 1) / v * stage,
+               "dp": dp_time, "embedding_sync": embedding,
+               "optimizer": memory_seconds(gpu, OPTIMIZER_BYTES * params)}
+    seconds["step"] = m * stage + seconds["bubble"] + dp_time + embedding + seconds["optimizer"]
+    memory = interleaved_memory(config, memory, b, tp, pp, v, m)
+    memory["logits"] = 6 * b * s * (-(-config.vocab_size // tp))  # fp16 logits + their fp32 copy, last stage
+    # the optimizer step copies every gradient to fp32 (main_param.grad = main_grad.float()) once the
+    # activations are gone: the peak is the larger of the two
+    memory["fp32_grads_at_step"] = 4 * params
+    states = memory["params"] + memory["grads"] + memory["optim"]
+    memory["total"] = states + max(memory["activations"] + memory["logits"], memory["fp32_grads_at_step"])
+    tflops = model_flops(config, batch) / (seconds["step"] * tp * pp * dp) / 1e12
+    return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops)
+
+
+def interleaved_memory(config, memory, b, tp, pp, v, m):
+    """Stage 0 under interleaving keeps min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
+    n_layer/(p·v) blocks' checkpoints (Megatron's warm-up), not min(m, p) of n_layer/p."""
+    if v == 1:
+        return dict(memory)
+    kept = 2 * config.block_size * b * config.d_model  # a checkpoint: the block input, fp16
+    one_1f1b = kept * config.n_layer // pp * min(m, pp)
+    chunks = min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1)
+    return {**memory, "activations": memory["activations"] - one_1f1b + kept * config.n_layer // (pp * v) * chunks}
+
+
+def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16):
+    """Every runnable layout matching the given parts (None: search it), fastest first, fitting ones
+    before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v."""
+    gpu = figures(profile)
+    found = []
+    for t in [tp] if tp else [x for x in range(1, gpu["gpus_per_node"] + 1) if devices % x == 0]:
+        for p in [pp] if pp else [x for x in range(1, config.n_layer + 1) if (devices // t) % x == 0]:
+            d = dp or devices // (t * p)
+            for micro in [b] if b else [x for x in range(1, max_micro_batch + 1) if batch % (d * x) == 0]:
+                for chunks in [v] if v else [x for x in range(1, config.n_layer // p + 1) if x == 1 or p > 1]:
+                    if layout_error(config, devices, batch, t, p, d, micro, chunks, gpu["gpus_per_node"]) is None:
+                        found.append(step(config, profile, batch, t, p, d, micro, chunks))
+    return sorted(found, key=lambda st: (not st.fits, st.seconds["step"]))
+
+
+def with_micro_batches(st, batch):
+    out = st.as_json()
+    out["layout"]["micro_batches"] = batch // (st.dp * st.micro_batch)
+    return out
+

@@ -1,0 +1,85 @@
+"""The command line of the GPU-cluster model (plan.cluster): --layout [--json] and --validate-published.
+
+    python -m parallel.plan --n-layer 128 --d-model 25600 --n-head 160 --vocab 51200 --seq 2048 \\
+        --batch 3072 --devices 3072 --device a100-80gb --layout tp=8,pp=64,dp=6 --json
+    python -m parallel.plan --validate-published
+
+--json prints ONE JSON object (a stable interface; keys are only ever added): step_seconds,
+tflops_per_device (the Megatron paper's model flops), memory_bytes_per_device, fits, the layout
+(tp, pp, dp, micro_batch, micro_batches, v) and the seconds and bytes behind them. Without m or v in
+--layout the fastest fitting micro-batch size and interleaving are chosen.
+"""
+import json
+
+from .cluster import best_steps, figures, layout_error, model_flops, with_micro_batches
+from .profiles import load_profile
+
+KEYS = {"tp", "pp", "dp", "m", "v"}
+
+
+def add_flags(parser):
+    parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
+                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS]; full recomputation, Megatron-LM's step")
+    parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object")
+    parser.add_argument("--validate-published", action="store_true",
+                        help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. 2021)")
+
+
+def parse_layout(text):
+    """'tp=8,pp=64,dp=6,m=1,v=2' -> {"tp": 8, ...}; ValueError naming the bad part."""
+    parts = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in KEYS or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int")
+        if key in parts:
+            raise ValueError(f"--layout {text!r}: {key} given twice")
+        parts[key] = int(value)
+    missing = {"tp", "pp", "dp"} - set(parts)
+    if missing:
+        raise ValueError(f"--layout {text!r} lacks {', '.join(sorted(missing))}")
+    return parts
+
+
+def run(args, parser, model_config):
+    """Exit code of --validate-published or --layout (parser.error on bad input)."""
+    if args.validate_published:
+        from .published import validate_published
+        validate_published()
+        return 0
+    if args.json and not args.layout:
+        parser.error("--json goes with --layout")
+    config = model_config(args, parser)
+    if args.batch is None:
+        parser.error("--layout needs --batch (global batch in sequences)")
+    try:
+        parts = parse_layout(args.layout)
+        if parts["tp"] * parts["pp"] * parts["dp"] != args.devices:
+            raise ValueError(f"--layout tp·pp·dp = {parts['tp'] * parts['pp'] * parts['dp']} is not "
+                             f"--devices {args.devices}")
+        profile = load_profile(args.device)
+        if args.mem_per_device:
+            profile = {**profile, "memory_gib": args.mem_per_device / 2**30}
+        steps = best_steps(config, profile, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
+                           parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16))
+    except ValueError as error:
+        parser.error(str(error))
+    if not steps:
+        why = layout_error(config, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
+                           parts.get("m", 1), parts.get("v", 1), figures(profile)["gpus_per_node"])
+        parser.error(f"--layout {args.layout}: {why or 'no micro-batch size ≤ 16 and interleaving runs it'}")
+    best = steps[0]
+    out = {"device": profile["name"], "model_flops_per_step": model_flops(config, args.batch),
+           **with_micro_batches(best, args.batch)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        lay = out["layout"]
+        print(f"{config} on {args.devices} × {profile['name']}, batch {args.batch}: tp={lay['tp']} pp={lay['pp']} "
+              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, full recompute")
+        print(f"step {best.seconds['step']:.4g} s = " + ", ".join(
+            f"{k} {v:.3g}" for k, v in best.seconds.items() if k not in ("step", "gemm", "memory_bound")))
+        print(f"{best.tflops:.1f} TFLOP/s per GPU (model flops, the paper's eq. 3); memory "
+              f"{best.memory['total'] / 2**30:.1f} GiB of {best.limit / 2**30:.0f} ({'fits' if best.fits else 'DOES NOT FIT'})")
+    return 0 if best.fits else 1

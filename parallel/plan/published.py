@@ -1,0 +1,85 @@
+"""Published runs the cluster model (plan.cluster) is judged on, as data, and the report.
+
+TABLE_1: Narayanan, Shoeybi, Casper, LeGresley, Patwary, Korthikanti, Vainbrand, Kashinkunti,
+Bernauer, Catanzaro, Phanishayee, Zaharia, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", SC '21 (arXiv:2104.04473), Table 1: weak scaling of GPT models on
+Selene (DGX A100 80GB SuperPOD), sequence length 2048, vocabulary 51,200, activation recomputation,
+mixed precision; "achieved teraFLOP/s per GPU" counts the paper's eq. 3. The table gives t and p,
+not the micro-batch size or the interleaving: the planner picks those (the best it predicts).
+Columns: billions of parameters, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU.
+
+    python -m parallel.plan --validate-published
+"""
+from minitensor.models.gpt import GPTConfig
+
+from .cluster import best_steps
+from .profiles import load_profile
+
+CITATION = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
+            "Using Megatron-LM (SC '21, arXiv:2104.04473), Table 1")
+SEQ, VOCAB, DEVICE = 2048, 51200, "a100-80gb"
+TABLE_1 = [  # (params B, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU)
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+GOAL_ERROR, GOAL_RANK = 0.15, 5
+
+
+def row_config(row):
+    _, heads, hidden, layers, *_ = row
+    return GPTConfig(vocab_size=VOCAB, block_size=SEQ, n_layer=layers, n_head=heads, d_model=hidden)
+
+
+def rank_of_tp_pp(steps, tp, pp):
+    """1-based rank of (tp, pp) among the distinct (tp, pp) of `steps` (fastest fitting first), or None."""
+    order = []
+    for st in steps:
+        if st.fits and (st.tp, st.pp) not in order:
+            order.append((st.tp, st.pp))
+    return order.index((tp, pp)) + 1 if (tp, pp) in order else None
+
+
+def validate_row(row, profile):
+    """{published, predicted, error, rank, layouts, step (the paper's (t, p) at its best b, v), best}."""
+    config, (_, _, _, _, t, p, gpus, batch, published) = row_config(row), row
+    steps = best_steps(config, profile, gpus, batch)
+    paper = next(st for st in steps if (st.tp, st.pp) == (t, p))
+    return {"published": published, "predicted": paper.tflops, "error": paper.tflops / published - 1,
+            "rank": rank_of_tp_pp(steps, t, p), "layouts": len({(st.tp, st.pp) for st in steps if st.fits}),
+            "step": paper, "best": steps[0]}
+
+
+def rank_text(result):
+    return f"{result['rank']} of {result['layouts']}" if result["rank"] else f"- of {result['layouts']}"
+
+
+def validate_published(device=DEVICE, out=print):
+    """Print Table 1 against the planner; return the rows' results."""
+    profile = load_profile(device)
+    out(f"{CITATION}; seq {SEQ}, vocab {VOCAB}, device {device}, full recomputation; m and v: the planner's best")
+    out(f"{'params':>8} {'t':>2} {'p':>3} {'GPUs':>5} {'batch':>5} {'b':>3} {'v':>3} {'published':>10} "
+        f"{'predicted':>10} {'error':>7} {'rank (t,p)':>11}  {'mem GiB':>7}  planner's best")
+    results = []
+    for row in TABLE_1:
+        r = validate_row(row, profile)
+        st, best = r["step"], r["best"]
+        out(f"{row[0]:>7}B {row[4]:>2} {row[5]:>3} {row[6]:>5} {row[7]:>5} {st.micro_batch:>3} {st.chunks:>3} "
+            f"{r['published']:>10} {r['predicted']:>10.1f} {r['error']:>+7.1%} "
+            f"{rank_text(r):>11}"
+            f"  {st.memory['total'] / 2**30:>7.1f}  t={best.tp} p={best.pp} b={best.micro_batch} v={best.chunks} "
+            f"{best.tflops:.0f} TFLOP/s")
+        results.append(r)
+    worst = max(abs(r["error"]) for r in results)
+    ranks = [r["rank"] for r in results]
+    out(f"largest error {worst:.1%} (goal ≤ {GOAL_ERROR:.0%}); within the goal: "
+        f"{sum(abs(r['error']) <= GOAL_ERROR for r in results)} of {len(results)}; the paper's (t, p) in the "
+        f"planner's top {GOAL_RANK}: {sum(k is not None and k <= GOAL_RANK for k in ranks)} of {len(results)}")
+    return results

@@ -1,0 +1,153 @@
+"""The GPU-cluster model (parallel.plan.cluster), its CLI, and the published runs it is judged on.
+
+Also the standing check of the time model on this machine (issue 34): from the chapter's committed
+measurements, the simulation orders every 2-rank layout with Spearman ρ ≥ 0.8 and predicts every
+layout within 25% on 2 and on 4 ranks.
+"""
+import json
+
+import pytest
+from mpi_launch import REPO
+
+from parallel.plan import get_config, load_profile
+from parallel.plan.__main__ import main
+from parallel.plan.cluster import gemm_seconds, group_link, model_flops, step
+from parallel.plan.cluster_cli import parse_layout
+from parallel.plan.published import TABLE_1, row_config, validate_published
+from parallel.plan.rank_stats import spearman
+from parallel.plan.validate import merge, predictions
+
+A100 = load_profile("a100-80gb")
+GPU = A100["cluster"]
+ONE_T = ["--n-layer", "128", "--d-model", "25600", "--n-head", "160", "--vocab", "51200", "--seq", "2048",
+         "--batch", "3072", "--devices", "3072", "--device", "a100-80gb"]
+
+
+def test_small_gemms_run_below_peak_and_a_partial_wave_costs_a_whole_one():
+    rate = GPU["peak_flops"] * GPU["gemm_efficiency"]
+    big = gemm_seconds(GPU, 8192, 8192, 8192)
+    assert 2 * 8192**3 / big == pytest.approx(rate, rel=0.02)          # large: the tiles fill every wave
+    small = gemm_seconds(GPU, 512, 512, 512)
+    assert 2 * 512**3 / small < 0.35 * rate                              # 32 tiles of 128 × 64 on 108 SMs
+    # 108 tiles of 128 × 64 fill one wave; one more column costs a second wave (or bigger tiles): 2×
+    assert gemm_seconds(GPU, 128 * 27, 64 * 4 + 1, 4096) == pytest.approx(2 * gemm_seconds(GPU, 128 * 27, 64 * 4, 4096))
+    scores = gemm_seconds(GPU, 2048, 2048, 64, batch=64)                 # K = 64: memory-bound
+    assert scores == pytest.approx(2 * 64 * (2 * 2048 * 64 + 2048**2) / (GPU["hbm_bytes_per_s"] * GPU["hbm_efficiency"]))
+
+
+def test_groups_across_nodes_move_at_one_nic_per_member_per_node():
+    _, beta_nvlink = group_link(GPU, 1, 8)
+    _, beta_one = group_link(GPU, 8, 32)                                  # tp = 8: one member per node
+    _, beta_four = group_link(GPU, 2, 64)                                 # four members per node
+    nic = GPU["nic_bytes_per_s"] * GPU["nic_efficiency"]
+    assert 1 / beta_one == pytest.approx(nic) and 1 / beta_four == pytest.approx(4 * nic)
+    assert 1 / beta_nvlink == pytest.approx(GPU["nvlink_bytes_per_s"] * GPU["nvlink_efficiency"])
+
+
+def test_model_flops_are_the_papers_eq_3():
+    config = row_config(TABLE_1[-1])                                     # 1T: B 3072, s 2048, l 128, h 25600
+    by_hand = 96 * 3072 * 2048 * 128 * 25600**2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
+    assert model_flops(config, 3072) == pytest.approx(by_hand)
+    # 502 PFLOP/s aggregate (the paper's abstract) is 163 TFLOP/s per GPU on 3072 GPUs
+    assert 502e15 / 3072 / 1e12 == pytest.approx(163, abs=0.5)
+
+
+def test_the_step_adds_up_and_interleaving_shrinks_the_bubble():
+    config = row_config(TABLE_1[-1])
+    plain, inter = (step(config, A100, 3072, 8, 64, 6, 1, v) for v in (1, 2))
+    parts = plain.seconds
+    assert parts["step"] == pytest.approx(parts["compute"] + parts["tp"] + parts["pp"] + parts["bubble"]
+                                          + parts["dp"] + parts["embedding_sync"] + parts["optimizer"])
+    assert inter.seconds["bubble"] == pytest.approx(plain.seconds["bubble"] / 2, rel=0.05)
+    assert inter.seconds["pp"] == pytest.approx(2 * plain.seconds["pp"])
+    assert plain.fits and inter.fits and inter.tflops > plain.tflops
+
+
+def test_the_1t_model_does_not_fit_without_model_parallelism():
+    config = row_config(TABLE_1[-1])
+    assert not step(config, A100, 3072, 8, 4, 96, 1).fits               # 31 B params / GPU × 16 B
+    with pytest.raises(ValueError, match="does not divide n_layer"):
+        step(config, A100, 3072, 8, 48, 8, 1)
+
+
+def test_table_1_is_predicted_within_18_percent_and_the_papers_layout_ranks_high():
+    """Goal (issue 34): every row within 15% and the paper's (t, p) in the top 5. Today: 8 of 10 rows
+    within 15% (all within 18%, every one over-predicted), 7 of 10 in the top 5 (all in the top 7):
+    a guard against regressions, and the chapter says why."""
+    lines = []
+    results = validate_published(out=lines.append)
+    errors = [r["error"] for r in results]
+    assert len(results) == 10 and all(0 < e < 0.18 for e in errors)
+    assert sum(e <= 0.15 for e in errors) >= 8
+    assert all(r["rank"] is not None and r["rank"] <= 7 for r in results)
+    assert sum(r["rank"] <= 5 for r in results) >= 7
+    assert all(r["step"].fits for r in results)
+    assert lines[-1].startswith("largest error")
+
+
+def test_the_json_cli_prints_one_object_with_the_stable_keys(capsys):
+    assert main([*ONE_T, "--layout", "tp=8,pp=64,dp=6,m=1,v=2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"step_seconds", "tflops_per_device", "memory_bytes_per_device"} <= set(out)
+    assert out["layout"] == {"tp": 8, "pp": 64, "dp": 6, "micro_batch": 1, "micro_batches": 512, "v": 2,
+                             "recompute": "full"}
+    assert 100 < out["tflops_per_device"] < 250 and out["fits"]
+
+
+def test_without_m_or_v_the_cli_picks_the_fastest(capsys):
+    assert main([*ONE_T, "--layout", "tp=8,pp=64,dp=6", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    for v in (1, 2):                                                     # 2 blocks per stage
+        assert main([*ONE_T, "--layout", f"tp=8,pp=64,dp=6,m=1,v={v}", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["step_seconds"] >= best["step_seconds"] - 1e-9
+
+
+@pytest.mark.parametrize("layout, message", [("tp=8,pp=64", "lacks dp"), ("tp=8,pp=64,dp=5", "is not --devices"),
+                                             ("tp=8,pp=64,dp=6,x=2", "is not one of"),
+                                             ("tp=8,pp=64,dp=6,v=3", "does not divide n_layer")])
+def test_bad_layouts_fail_with_one_line(layout, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*ONE_T, "--layout", layout])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_profile_without_cluster_figures_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main([*ONE_T[:-1], "laptop-cpu", "--layout", "tp=8,pp=64,dp=6"])
+    assert "no 'cluster' figures" in capsys.readouterr().err
+
+
+def test_parse_layout():
+    assert parse_layout("tp=2,pp=4,dp=8,m=2,v=3") == {"tp": 2, "pp": 4, "dp": 8, "m": 2, "v": 3}
+
+
+def test_validate_published_cli(capsys):
+    assert main(["--validate-published"]) == 0
+    out = capsys.readouterr().out
+    assert "Narayanan et al. 2021" in out and "1008.0B" in out
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_this_machines_time_model_meets_the_issues_bar(ranks):
+    """Simulated step times from the chapter's measurements: every one within 25%; ρ ≥ 0.8 on 2 ranks."""
+    path = REPO / f"tutorials/10_planner/measured/validate_{ranks}_ranks.jsonl"
+    results, parts, link = merge(path.read_text().splitlines())
+    simulated = predictions(get_config("medium"), 8, load_profile("laptop-cpu"), results, parts, link)["simulated"]
+    measured = [r["seconds"] for r in results]
+    assert len(measured) == 24 and all(abs(p - m) / m <= 0.25 for p, m in zip(simulated, measured))
+    if ranks == 2:
+        assert spearman(simulated, measured) >= 0.8
+
+
+def test_chapter_10_at_scale_prints_the_readmes_table_and_draws_it(tmp_path, capsys):
+    """tutorials/10_planner/at_scale.py prints the table the README shows, and renders the picture."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("at_scale", REPO / "tutorials/10_planner/at_scale.py")
+    at_scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(at_scale)
+    assert at_scale.main([]) == 0
+    printed = capsys.readouterr().out.splitlines()[1:]
+    readme = (REPO / "tutorials/10_planner/README.md").read_text()
+    assert all(line in readme for line in printed)
+    results = validate_published(out=lambda line: None)
+    assert at_scale.render(results, tmp_path / "at_scale.png").stat().st_size > 10_000
