@@ -10,7 +10,7 @@ import contextlib
 import math
 import threading
 
-from minitensor import speed
+from minitensor import dtypes, speed
 
 _state = threading.local()  # grad mode is per thread, as in PyTorch
 
@@ -65,7 +65,9 @@ class saved_tensors_hooks:
 class record_ops:
     """Context manager: every `Function.apply` in this thread inside the block also calls
     `callback(cls, inputs, params, node, result)` (minitensor.graph.trace builds its graph
-    from these calls). Ops run exactly as without it."""
+    from these calls), and a tensor whose value goes to Python (`item()`, `numpy()`,
+    `bool()`, ...) calls `callback.value_read(tensor, how)` if the callback has one (the
+    tracer refuses a value its inputs decide). Ops run exactly as without it."""
 
     def __init__(self, callback):
         self.callback = callback
@@ -78,6 +80,14 @@ class record_ops:
     def __exit__(self, *exc):
         _state.tracer = None
         return False
+
+
+def value_read(tensor, how):
+    """`tensor`'s value is going to Python by `how` ("item", "numpy", "bool", ...): tell this
+    thread's recorder, if one is recording and listens (record_ops)."""
+    tracer = getattr(_state, "tracer", None)
+    if tracer is not None and hasattr(tracer, "value_read"):
+        tracer.value_read(tensor, how)
 
 
 class PackedSaved:
@@ -103,7 +113,9 @@ class Function:
     `forward(*arrays, **params)` computes the output from numpy arrays and keeps what
     backward needs with `self.save_for_backward(...)` (or plain attributes for
     non-array values). `backward(grad)` returns one gradient per tensor input
-    (a single array when there is one input; None where no gradient flows).
+    (a single array when there is one input; None where no gradient flows). A Function
+    whose output is not floating (comparison.Discrete) is recorded by traces but never
+    linked for backward.
     """
 
     def save_for_backward(self, *arrays):
@@ -116,7 +128,9 @@ class Function:
 
         node = cls()
         out = node.forward(*(t.data for t in inputs), **params)
-        needs_grad = is_grad_enabled() and any(t.requires_grad for t in inputs)
+        # an integer or bool output (a comparison, an argmax) has no gradient, as in PyTorch
+        needs_grad = is_grad_enabled() and any(t.requires_grad for t in inputs) and (
+            out.dtype.kind == "f" or dtypes.is_floating(out.dtype))
         result = Tensor(out, requires_grad=needs_grad)
         tracer = getattr(_state, "tracer", None)
         if tracer is not None:  # minitensor.graph.trace is recording this thread's ops

@@ -1,13 +1,15 @@
-"""Differentiable binary ops (arithmetic, matmul, where) and casts, each forward beside
+"""Differentiable binary ops (arithmetic, pow, matmul, where) and casts, each forward beside
 its backward.
 
-Binary ops broadcast like numpy; their backward sums the gradient back to each
-input's shape in one helper, `unbroadcast`.
+Binary ops broadcast like numpy and promote dtypes like PyTorch (minitensor.promotion);
+their backward sums the gradient back to each input's shape in one helper, `unbroadcast`.
 """
+
+import math
 
 import numpy as np
 
-from minitensor import dtypes
+from minitensor import comparison, dtypes, promotion
 from minitensor.autograd import Function
 from minitensor.kernel_threads import stacked_matmul
 from minitensor.tensor import Tensor
@@ -22,18 +24,27 @@ def unbroadcast(grad, shape):
     return dtypes.sum(grad, axis=tuple(range(leading)) + stretched).reshape(shape)
 
 
-def as_tensor(value, like):
-    """Wrap a Python scalar or array so it can meet `like` in an op, without upcasting.
-
-    A Python number takes the tensor's dtype (so float32 stays float32); integer arrays
-    meeting a float tensor are cast to it.
-    """
+def _raw(value):
+    """What promotion sees of an operand: a tensor's array, a numpy array, or a number."""
     if isinstance(value, Tensor):
+        return value.data
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
         return value
-    array = np.asarray(value)
-    if dtypes.is_floating(like.dtype) and (array.ndim == 0 or not dtypes.is_floating(array.dtype)):
-        array = array.astype(like.dtype)
-    return Tensor(array)
+    return Tensor(value).data  # a nested list: an array; not numbers (a string): a TypeError naming it
+
+
+def _in_dtype(value, raw, dtype):
+    """`value` as a tensor of `dtype`; a tensor that requires grad is cast differentiably."""
+    if isinstance(value, Tensor):
+        return value if value.dtype == dtype else cast(value, dtype)
+    return Tensor(np.asarray(raw, dtype=dtype))
+
+
+def promoted(op, *operands):
+    """The operands as tensors of the one dtype `op` computes in (minitensor.promotion)."""
+    raw = [_raw(x) for x in operands]
+    dtype = promotion.result_type(op, *raw)
+    return tuple(_in_dtype(x, r, dtype) for x, r in zip(operands, raw))
 
 
 def dtype_mismatch(op, *tensors):
@@ -45,19 +56,30 @@ def dtype_mismatch(op, *tensors):
 
 
 def binary_operands(op, a, b):
-    """Coerce both operands to tensors and check dtypes and broadcasting, naming the op."""
-    a = as_tensor(a, b) if not isinstance(a, Tensor) else a
-    b = as_tensor(b, a)
-    floats = [dtypes.is_floating(t.dtype) for t in (a, b)]
-    if all(floats) and a.dtype != b.dtype:
-        raise dtype_mismatch(op, a, b)
-    if floats[0] != floats[1]:  # an integer/bool tensor takes the float one's dtype (numpy would upcast)
-        a, b = (a, Tensor(b.data.astype(a.dtype))) if floats[0] else (Tensor(a.data.astype(b.dtype)), b)
+    """Both operands as tensors of one dtype (PyTorch's promotion: an int tensor with 2.5 is
+    float32, a float32 tensor with 2.5 stays float32), checked to broadcast, naming the op."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype):
+        a, b = promoted(op, a, b)
     try:
         np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
         raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
     return a, b
+
+
+def floating(op, *operands):
+    """The operands promoted, then in the default float dtype if that is not floating: what
+    ops defined only on floats (true division, exp, sin, ...) compute in, as in PyTorch."""
+    tensors = promoted(op, *operands)
+    if dtypes.is_floating(tensors[0].dtype):
+        return tensors
+    return tuple(Tensor(t.data.astype(promotion.DEFAULT_FLOAT)) for t in tensors)
+
+
+def _rows(x):
+    """(..., n) as the matrix of its rows (rows, n); the row count is explicit, because
+    reshape(-1, 0) is ambiguous for an empty tensor."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
 class Add(Function):
@@ -100,6 +122,8 @@ class Div(Function):
 
 
 class Pow(Function):
+    """y = aᵖ for a number p.  da = p·aᵖ⁻¹ (0 for p = 0, also at a = 0, as in PyTorch)."""
+
     def forward(self, a, exponent):
         self.save_for_backward(a)
         self.exponent = exponent
@@ -107,7 +131,26 @@ class Pow(Function):
 
     def backward(self, grad):
         (a,) = self.saved
+        if self.exponent == 0:
+            return np.zeros_like(grad)
         return grad * self.exponent * a ** (self.exponent - 1)
+
+
+class PowTensor(Function):
+    """y = aᵇ elementwise.  da = b·aᵇ⁻¹ (0 where b = 0);  db = y·ln a (0 where a = 0 and b ≥ 0,
+    the limit PyTorch takes)."""
+
+    def forward(self, a, b):
+        y = np.power(a, b)
+        self.save_for_backward(a, b, y)
+        return y
+
+    def backward(self, grad):
+        a, b, y = self.saved
+        with np.errstate(divide="ignore", invalid="ignore"):
+            da = np.where(b == 0, 0, grad * b * np.power(a, b - 1))
+            db = np.where((a == 0) & (b >= 0), 0, grad * y * np.log(a))
+        return unbroadcast(da, a.shape), unbroadcast(db, b.shape)
 
 
 class Neg(Function):
@@ -124,7 +167,7 @@ class MatMul(Function):
     def forward(self, a, b):
         self.save_for_backward(a, b)
         if b.ndim == 2:
-            return dtypes.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+            return dtypes.matmul(_rows(a), b).reshape(*a.shape[:-1], b.shape[-1])
         return stacked_matmul(a, b)  # a stack of small products (attention's heads): see kernel_threads
 
     def backward(self, grad):
@@ -139,7 +182,7 @@ class MatMul(Function):
         # hint: (as forward does: the same result as dtypes.matmul, faster) and unbroadcast each gradient.
         a, b = self.saved
         if b.ndim == 2:  # dA = dY Bᵀ; dB = Aᵀ dY, both as single GEMMs over all rows
-            a2, g2 = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])
+            a2, g2 = _rows(a), _rows(grad)
             return (dtypes.matmul(g2, b.T).reshape(a.shape) if wanted[0] else None,
                     dtypes.matmul(a2.T, g2) if wanted[1] else None)
         grad_a = unbroadcast(stacked_matmul(grad, np.swapaxes(b, -1, -2)), a.shape) if wanted[0] else None
@@ -187,15 +230,24 @@ def mul(a, b):
 
 
 def div(a, b):
-    return Div.apply(*binary_operands("div", a, b))
+    """True division: integers divide into the default float dtype, as in PyTorch."""
+    a, b = binary_operands("div", a, b)
+    if not dtypes.is_floating(a.dtype):
+        a, b = floating("div", a, b)
+    return Div.apply(a, b)
 
 
 def pow(a, exponent):
+    """a ** exponent. A number as the exponent keeps the one-input kernel (the GPT's path);
+    a tensor exponent, or a number as the base (`2 ** x`), runs the elementwise PowTensor."""
+    if isinstance(exponent, (Tensor, np.ndarray, list)) or not isinstance(a, Tensor):
+        return PowTensor.apply(*binary_operands("pow", a, exponent))
     if not np.isscalar(exponent):
-        raise TypeError(f"pow: only a scalar exponent is supported, got {type(exponent).__name__}")
+        raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(exponent).__name__}")
     if isinstance(exponent, np.generic):  # a numpy float64 scalar would upcast a float32 tensor
         exponent = exponent.item()
-    return Pow.apply(a, exponent=exponent)
+    dtype = promotion.result_type("pow", a.data, exponent)
+    return Pow.apply(a if dtype == a.dtype else cast(a, dtype), exponent=exponent)
 
 
 def neg(a):
@@ -203,8 +255,15 @@ def neg(a):
 
 
 def matmul(a, b):
-    a, b = (as_tensor(a, b), b) if isinstance(b, Tensor) else (a, as_tensor(b, a))
-    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+    """a @ b with PyTorch's rules: a 1-d operand is a matrix of one row (left) or one column
+    (right) whose added dim is removed from the result."""
+    a, b = (x if isinstance(x, Tensor) else Tensor(_raw(x)) for x in (a, b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    if a.ndim == 1 or b.ndim == 1:
+        out = matmul(a.reshape(1, -1) if a.ndim == 1 else a, b.reshape(-1, 1) if b.ndim == 1 else b)
+        return out.reshape(out.shape[:-2] + out.shape[-2:-1] * (a.ndim > 1) + out.shape[-1:] * (b.ndim > 1))
+    if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
     if a.dtype != b.dtype:
         raise dtype_mismatch("matmul", a, b)
@@ -216,12 +275,17 @@ def matmul(a, b):
 
 
 def cast(a, dtype):
-    return Cast.apply(a, dtype=np.dtype(dtype))
+    """`a` in `dtype`; a cast to an integer or bool dtype leaves the graph (no gradient)."""
+    dtype = np.dtype(dtype)
+    if not dtypes.is_floating(dtype):
+        return comparison.discrete(lambda x: x.astype(dtype), a)
+    return Cast.apply(a, dtype=dtype)
 
 
 def where(cond, a, b):
+    """a where `cond` (a bool tensor or array) is True, else b; a and b may be numbers."""
     cond = np.asarray(cond.data if isinstance(cond, Tensor) else cond, dtype=bool)
-    a, b = binary_operands("where", a, b) if isinstance(a, Tensor) else binary_operands("where", b, a)[::-1]
+    a, b = binary_operands("where", a, b)
     try:
         np.broadcast_shapes(cond.shape, a.shape, b.shape)
     except ValueError:
@@ -230,5 +294,6 @@ def where(cond, a, b):
 
 
 def masked_fill(a, mask, value):
-    """Positions where `mask` is True take `value`; the gradient flows only elsewhere."""
-    return where(mask, as_tensor(value, a), a)
+    """Positions where `mask` is True take `value` (in a's dtype); the gradient flows only elsewhere."""
+    value = cast(value, a.dtype) if isinstance(value, Tensor) else Tensor(np.asarray(value).astype(a.dtype))
+    return where(mask, value, a)

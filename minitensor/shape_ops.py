@@ -70,7 +70,7 @@ def dims_from_args(dims):
     return tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
 
 
-def _check_dim(op, dim, n, shape):
+def check_dim(op, dim, n, shape):
     """`dim` in [−n, n) as a non-negative index; out of range is an error naming it and the shape."""
     if not -n <= dim < n:
         raise IndexError(f"{op}: dim {dim} is out of range [{-n}, {n}) for a tensor of shape {shape}")
@@ -89,7 +89,7 @@ def flatten(a, start_dim=0, end_dim=-1):
     """Merge dims start_dim..end_dim (inclusive) into one, as `torch.flatten`."""
     if a.ndim == 0:
         return Reshape.apply(a, shape=(1,))
-    start, end = _check_dim("flatten", start_dim, a.ndim, a.shape), _check_dim("flatten", end_dim, a.ndim, a.shape)
+    start, end = check_dim("flatten", start_dim, a.ndim, a.shape), check_dim("flatten", end_dim, a.ndim, a.shape)
     if start > end:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {a.shape}")
     return Reshape.apply(a, shape=a.shape[:start] + (-1,) + a.shape[end + 1:])
@@ -97,13 +97,13 @@ def flatten(a, start_dim=0, end_dim=-1):
 
 def unsqueeze(a, dim):
     """A new size-1 dim at position `dim` (−ndim−1 ≤ dim ≤ ndim)."""
-    dim = _check_dim("unsqueeze", dim, a.ndim + 1, a.shape)
+    dim = check_dim("unsqueeze", dim, a.ndim + 1, a.shape)
     return Reshape.apply(a, shape=a.shape[:dim] + (1,) + a.shape[dim:])
 
 
 def squeeze(a, dim=None):
     """Drop size-1 dims: all of them, or only `dim` (left as is when its size is not 1, as in PyTorch)."""
-    dims = range(a.ndim) if dim is None else [_check_dim("squeeze", dim, a.ndim or 1, a.shape)]
+    dims = range(a.ndim) if dim is None else [check_dim("squeeze", dim, a.ndim or 1, a.shape)]
     drop = {d for d in dims if a.ndim and a.shape[d] == 1}
     return Reshape.apply(a, shape=tuple(n for d, n in enumerate(a.shape) if d not in drop))
 

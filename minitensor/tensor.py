@@ -5,11 +5,11 @@ import reprlib
 import numpy as np
 
 from minitensor import autograd, dtypes
+from minitensor.promotion import DEFAULT_FLOAT  # float32, PyTorch's default float dtype
 
 # PyTorch's dtype names; they are numpy's dtypes, so `mt.float32 is np.float32`.
 float16, float32, float64, int64 = np.float16, np.float32, np.float64, np.int64
 bfloat16 = dtypes.bfloat16  # None without the optional ml_dtypes package
-DEFAULT_FLOAT = float32
 
 
 def _as_array(data, dtype=None):
@@ -112,9 +112,11 @@ class Tensor:
         return self.data.ndim
 
     def numpy(self):
+        autograd.value_read(self, "numpy")  # a trace refuses a value its inputs decide (graph.trace)
         return self.data
 
     def item(self):
+        autograd.value_read(self, "item")
         return self.data.item()
 
     def detach(self):
@@ -130,12 +132,6 @@ class Tensor:
         except TypeError:
             raise TypeError(f"to: expected a dtype such as mt.float32, got {dtype!r} (minitensor has no devices)") from None
         return self if dtype == self.dtype else ops.cast(self, dtype)
-
-    def float(self):
-        return self.to(float32)
-
-    def double(self):
-        return self.to(float64)
 
     # ---- autograd ----------------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
@@ -171,7 +167,7 @@ class Tensor:
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
 
-    # ---- operators (the ops live in minitensor.ops, reductions, unary_ops, shape_ops) ---
+    # ---- operators (the ops live in minitensor.ops, comparison, math_ops, shape_ops) ----
     def __add__(self, other):
         return ops.add(self, other)
 
@@ -211,66 +207,76 @@ class Tensor:
     def __getitem__(self, index):
         return shape_ops.getitem(self, index)
 
-    # Reductions take numpy's axis=/keepdims= or PyTorch's dim=/keepdim=.
-    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return reductions.sum(self, axis, keepdims, dim=dim, keepdim=keepdim)
+    def __rpow__(self, base):
+        return ops.pow(base, self)
 
-    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return reductions.mean(self, axis, keepdims, dim=dim, keepdim=keepdim)
+    def __abs__(self):
+        return math_ops.abs(self)
 
-    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """With dim=, (values, indices) as in PyTorch; otherwise the maxima as in numpy."""
-        return reductions.max(self, axis, keepdims, dim=dim, keepdim=keepdim)
+    # Comparisons and logic give bool tensors without a gradient (minitensor.comparison).
+    def __eq__(self, other):
+        return comparison.eq(self, other) if _is_operand(other) else NotImplemented
 
-    def exp(self):
-        return unary_ops.exp(self)
+    def __ne__(self, other):
+        return comparison.ne(self, other) if _is_operand(other) else NotImplemented
 
-    def log(self):
-        return unary_ops.log(self)
+    def __lt__(self, other):
+        return comparison.lt(self, other)
 
-    def sqrt(self):
-        return unary_ops.sqrt(self)
+    def __le__(self, other):
+        return comparison.le(self, other)
 
-    def tanh(self):
-        return unary_ops.tanh(self)
+    def __gt__(self, other):
+        return comparison.gt(self, other)
 
-    def relu(self):
-        return unary_ops.relu(self)
+    def __ge__(self, other):
+        return comparison.ge(self, other)
 
-    def gelu(self):
-        return unary_ops.gelu(self)
+    def __and__(self, other):
+        return comparison.bitwise_and(self, other)
 
-    def reshape(self, *shape):
-        return shape_ops.reshape(self, *shape)
+    __rand__ = __and__
 
-    view = reshape
+    def __or__(self, other):
+        return comparison.bitwise_or(self, other)
 
-    def flatten(self, start_dim=0, end_dim=-1):
-        return shape_ops.flatten(self, start_dim, end_dim)
+    __ror__ = __or__
 
-    def unsqueeze(self, dim):
-        return shape_ops.unsqueeze(self, dim)
+    def __xor__(self, other):
+        return comparison.bitwise_xor(self, other)
 
-    def squeeze(self, dim=None):
-        return shape_ops.squeeze(self, dim)
+    __rxor__ = __xor__
 
-    def transpose(self, *axes):
-        return shape_ops.transpose(self, *axes)
+    def __invert__(self):
+        return comparison.bitwise_not(self)
 
-    def t(self):
-        return shape_ops.t(self)
+    # `==` is elementwise, so a tensor hashes by identity, as in PyTorch: a dict or set of
+    # tensors finds each by `is`. (`t in list` compares with ==: use `any(t is x for x in list)`.)
+    __hash__ = object.__hash__
 
-    def permute(self, *axes):
-        return shape_ops.permute(self, *axes)
+    def __bool__(self):
+        """The truth of a one-element tensor; any other size is ambiguous, as in PyTorch."""
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor of shape {self.shape} ({self.data.size} elements) is "
+                               f"ambiguous; use .any() or .all()")
+        autograd.value_read(self, "bool")
+        return bool(self.data.item())
 
-    def swapaxes(self, axis1, axis2):
-        return shape_ops.swapaxes(self, axis1, axis2)
+    def __float__(self):
+        autograd.value_read(self, "float")
+        return float(self.data.item())
 
-    def split(self, split_size_or_sections, axis=0):
-        return shape_ops.split(self, split_size_or_sections, axis)
+    def __int__(self):
+        autograd.value_read(self, "int")
+        return int(self.data.item())
 
-    def masked_fill(self, mask, value):
-        return ops.masked_fill(self, mask, value)
+    # The named methods (sum, max, exp, clamp, reshape, ...) are the op functions themselves,
+    # installed from minitensor.methods: a function whose first argument is the tensor.
+
+
+def _is_operand(value):
+    """What `==` compares elementwise: tensors, arrays, numbers, lists (else Python's own ==)."""
+    return isinstance(value, (Tensor, np.ndarray, np.generic, bool, int, float, list, tuple))
 
 
 class _HookHandle:
@@ -291,4 +297,4 @@ def tensor(data, *, dtype=None, requires_grad=False):
     return Tensor(np.array(_as_array(data, dtype), copy=True), requires_grad=requires_grad)
 
 
-from minitensor import ops, reductions, shape_ops, unary_ops  # noqa: E402  (ops need Tensor defined first)
+from minitensor import comparison, math_ops, ops, shape_ops  # noqa: E402  (ops need Tensor defined first)

@@ -1,10 +1,22 @@
-"""Differentiable elementwise functions of one tensor: exp, log, sqrt, tanh, relu, gelu."""
+"""Differentiable elementwise functions of one tensor: exp, log, sqrt, tanh, relu, gelu.
+
+These are the GPT's kernels; more elementwise math is in math_ops, more activations in
+activations. An integer or bool input is computed in the default float dtype (float32).
+"""
 import math
 
 import numpy as np
 
 from minitensor import dtypes, speed
 from minitensor.autograd import Function, is_grad_enabled
+from minitensor.tensor import DEFAULT_FLOAT, Tensor
+
+
+def as_floating(a):
+    """`a` as a tensor with a floating dtype: an integer or bool one (or a number) in
+    float32, as PyTorch computes `torch.exp(torch.tensor(2))`."""
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    return a if dtypes.is_floating(a.dtype) else Tensor(a.data.astype(DEFAULT_FLOAT))
 
 
 class Exp(Function):
@@ -122,19 +134,19 @@ class Gelu(Function):
 
 
 def exp(a):
-    return Exp.apply(a)
+    return Exp.apply(as_floating(a))
 
 
 def log(a):
-    return Log.apply(a)
+    return Log.apply(as_floating(a))
 
 
 def sqrt(a):
-    return Sqrt.apply(a)
+    return Sqrt.apply(as_floating(a))
 
 
 def tanh(a):
-    return Tanh.apply(a)
+    return Tanh.apply(as_floating(a))
 
 
 def relu(a):
@@ -142,4 +154,5 @@ def relu(a):
 
 
 def gelu(a):
-    return Gelu.apply(a)
+    """GELU with the tanh approximation (GPT-2's); activations.gelu takes `approximate=`."""
+    return Gelu.apply(as_floating(a))

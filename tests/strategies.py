@@ -204,3 +204,27 @@ def operator_graphs(draw, max_ops=3):
 # (tp, α seconds, β seconds per byte, flop/s): regimes from compute-bound to latency-bound.
 sharding_machines = st.tuples(st.sampled_from([2, 3]), st.sampled_from([0.0, 1e-7, 1e-4]),
                               st.sampled_from([0.0, 1e-10, 1e-8]), st.sampled_from([1e6, 1e9]))
+
+
+# --- minitensor (the PyTorch op surface) -------------------------------------------
+
+# Shapes of 0 to 3 dims with sides 0..3: 0-d, zero-size and size-1 dims all come up.
+shapes_with_empty = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)
+# Two shapes that broadcast together, zero-size sides included.
+broadcastable_pairs_with_empty = hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
+                                                                   min_side=0, max_side=3)
+# The dtypes the promotion rules are checked over.
+PROMOTION_DTYPES = (np.bool_, np.int32, np.int64, np.float32, np.float64)
+promotion_dtypes = st.sampled_from(PROMOTION_DTYPES).map(np.dtype)
+
+
+@st.composite
+def shapes_and_dims(draw, min_dims=0, tuples=True):
+    """A shape with zero-size sides allowed, and a reduction dim: None, one (maybe negative)
+    dim, or (with `tuples`) a tuple of them. A 0-d shape accepts dim 0 and -1, as in PyTorch."""
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
+    n = len(shape) or 1
+    dims = st.none() | st.integers(-n, n - 1)
+    if tuples and shape:
+        dims = dims | hnp.valid_tuple_axes(len(shape), min_size=1)
+    return shape, draw(dims)

@@ -38,10 +38,12 @@ EXCEPTIONS = [
      "a pipeline stage is what tensor parallelism converts"),
 ]
 # The one cycle by design, as in PyTorch: `x.exp()` is a method of Tensor that runs an op,
-# and every op returns a Tensor. tensor.py imports the op modules at its end, after the
-# class exists; autograd imports Tensor inside the function that needs it.
-ENGINE_CORE = ["minitensor.autograd", "minitensor.ops", "minitensor.reductions", "minitensor.shape_ops",
-               "minitensor.tensor", "minitensor.unary_ops"]
+# and every op returns a Tensor. tensor.py imports the op modules its operators call at its
+# end, after the class exists (the named methods come from minitensor.methods, outside the
+# cycle); autograd imports Tensor inside the function that needs it. Inside the cycle,
+# modules import each other as modules (`from minitensor import ops`), never names from them.
+ENGINE_CORE = ["minitensor.autograd", "minitensor.comparison", "minitensor.math_ops", "minitensor.ops",
+               "minitensor.shape_ops", "minitensor.tensor", "minitensor.unary_ops"]
 
 
 def module_name(path):

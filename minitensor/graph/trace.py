@@ -28,7 +28,7 @@ from minitensor.autograd import record_ops
 from minitensor.graph.eager import flops, saved_arrays
 from minitensor.graph.graph_module import GraphModule
 from minitensor.graph.ir import Graph, Node
-from minitensor.graph.trace_checks import guarding, warn_if_dropout
+from minitensor.graph.trace_checks import refuse_value_read, warn_if_dropout
 from minitensor.nn.module import Module
 from minitensor.tensor import Tensor
 
@@ -110,6 +110,12 @@ class Recorder:
         that requires grad and is not seen yet would become a parameter)."""
         return id(tensor) in self.dynamic or tensor.requires_grad
 
+    def value_read(self, tensor, how):
+        """Called by Tensor when its value goes to Python (autograd.value_read): refused for a
+        value the graph's inputs decide, which the graph could not follow."""
+        if self.is_dynamic(tensor):
+            raise refuse_value_read(how)
+
     def saved_bytes(self, function):
         """Bytes of the activations `function` keeps that no earlier node keeps."""
         total = 0
@@ -188,7 +194,7 @@ def trace(fn, *example_inputs, params=None):
             raise ValueError(f"trace: the same object is given as inputs {same}; pass a copy for each")
     warn_if_dropout(owner_module(fn))
     recorder = Recorder(dict(zip(names, example_inputs)), params if params is not None else module_params(fn))
-    with record_ops(recorder), guarding(recorder):
+    with record_ops(recorder):
         out = fn(*example_inputs)
         structure = _output_names(out, recorder)
     if isinstance(structure, str):

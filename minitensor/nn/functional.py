@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from minitensor import dtypes, unary_ops
+from minitensor.activations import elu, gelu, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa
 from minitensor.autograd import Function
 from minitensor.ops import dtype_mismatch
 from minitensor.random import default_generator
@@ -209,10 +210,14 @@ def linear(x, weight, bias=None):
 
 
 def softmax(x, axis=-1):
+    if x.ndim == 0:  # one element: softmax is 1 (numpy has no axis -1 to normalise over)
+        return Softmax.apply(x.reshape(1), axis=-1).reshape(())
     return Softmax.apply(x, axis=axis)
 
 
 def log_softmax(x, axis=-1):
+    if x.ndim == 0:
+        return LogSoftmax.apply(x.reshape(1), axis=-1).reshape(())
     return LogSoftmax.apply(x, axis=axis)
 
 
@@ -286,10 +291,6 @@ def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=
     weights = Softmax.apply(scores, axis=-1, scale=1.0 / math.sqrt(q.shape[-1]), mask=mask)
     weights = dropout(weights, dropout_p, training, generator)
     return weights @ v
-
-
-def gelu(x):
-    return unary_ops.gelu(x)
 
 
 def relu(x):

@@ -75,5 +75,9 @@ class Dropout(Module):
 
 
 class GELU(Module):
+    def __init__(self, approximate="tanh"):
+        super().__init__()
+        self.approximate = approximate
+
     def forward(self, x):
-        return F.gelu(x)
+        return F.gelu(x, self.approximate)

@@ -63,7 +63,8 @@ def test_gradients_are_plain_views_of_one_flat_buffer_per_dtype():
     (layout,) = optimizer._flat.values()
     for p in model.parameters():
         assert type(p.grad) is np.ndarray and p.grad.base is layout.grad and p.data.base is layout.data
-        assert optimizer.state[optimizer.params.index(p)]["exp_avg"].base is layout.state["exp_avg"]
+        index = next(i for i, q in enumerate(optimizer.params) if q is p)  # `==` of tensors is elementwise
+        assert optimizer.state[index]["exp_avg"].base is layout.state["exp_avg"]
 
 
 def test_a_rebound_parameter_or_loaded_state_is_laid_out_again_with_its_values():

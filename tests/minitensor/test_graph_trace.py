@@ -168,17 +168,27 @@ def branchy(x):
     return x * -10.0
 
 
+def branchy_on_a_comparison(x):
+    if x.sum() > 0:
+        return x * 5.0
+    return x * -10.0
+
+
 def test_a_branch_on_a_traced_value_is_refused_naming_the_line():
     # Left to run, the trace took the branch of x > 0, and the graph then gave −10 where eager gives 5.
     with pytest.raises(graph.TraceError, match=r"test_graph_trace\.py:\d+: `if x\.sum\(\)\.item\(\) > 0:` "
-                                               r"calls \.item\(\) on a tensor computed from the traced inputs"):
+                                               r"asks for item\(\) of a tensor computed from the traced inputs"):
         graph.trace(branchy, mt.tensor([-1.0]))
     w = mt.tensor([1.0], requires_grad=True)  # a parameter decides too: it changes as it trains
-    with pytest.raises(graph.TraceError, match=r"calls \.numpy\(\)"):
+    with pytest.raises(graph.TraceError, match=r"asks for numpy\(\)"):
         graph.trace(lambda x: x * float(w.numpy()[0]), mt.tensor([1.0]))
-    for convert in (lambda s: bool(s), lambda s: float(s), lambda s: int(s), lambda s: s > 0):
-        with pytest.raises(TypeError):  # no such conversion on a Tensor, eager or traced: nothing to freeze
+    with pytest.raises(graph.TraceError, match=r"test_graph_trace\.py:\d+: `if x\.sum\(\) > 0:` asks for bool"):
+        graph.trace(branchy_on_a_comparison, mt.tensor([1.0]))  # the user's line, not the engine's
+    for how, convert in (("bool", bool), ("float", float), ("int", int)):
+        with pytest.raises(graph.TraceError, match=rf"x \* convert\(x\.sum\(\)\), mt\.tensor\(\[1\.0\]\)\)` asks for {how}\(\)"):
             graph.trace(lambda x: x * convert(x.sum()), mt.tensor([1.0]))
+    positive = graph.trace(lambda x: x * (x.sum() > 0), mt.tensor([1.0]))  # a comparison is an op: traced
+    assert positive(mt.tensor([-1.0])).item() == 0.0
     assert branchy(mt.tensor([1.0])).item() == 5.0  # eager reads values as before
 
 

@@ -1,0 +1,241 @@
+"""Activations with PyTorch's names and arguments: sigmoid, logsigmoid, silu, leaky_relu,
+elu, softplus, relu6, hardtanh, gelu (exact or tanh), and the clamps: clamp/clip,
+maximum, minimum.
+
+Each is a Function with its derivative in the docstring; at a kink the derivative is
+the one PyTorch returns (stated per op). relu, tanh and the tanh-approximated GELU,
+the GPT's kernels, live in unary_ops.
+"""
+import math
+
+import numpy as np
+
+from minitensor import math_ops, ops, unary_ops
+from minitensor.autograd import Function
+from minitensor.tensor import Tensor
+
+
+def _sigmoid(x):
+    """1/(1 + e⁻ˣ) without overflow: e^(−|x|) ≤ 1 on both branches."""
+    z = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+class Sigmoid(Function):
+    """y = σ(x) = 1/(1 + e⁻ˣ);  dy/dx = y(1 − y)."""
+
+    def forward(self, x):
+        self.y = _sigmoid(x)
+        return self.y
+
+    def backward(self, grad):
+        return grad * self.y * (1 - self.y)
+
+
+class LogSigmoid(Function):
+    """y = log σ(x) = min(x, 0) − log(1 + e^(−|x|));  dy/dx = 1 − σ(x) = σ(−x)."""
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+
+    def backward(self, grad):
+        return grad * _sigmoid(-self.saved[0])
+
+
+class Silu(Function):
+    """y = x·σ(x) (swish);  dy/dx = σ(x)·(1 + x(1 − σ(x)))."""
+
+    def forward(self, x):
+        s = _sigmoid(x)
+        self.save_for_backward(x, s)
+        return x * s
+
+    def backward(self, grad):
+        x, s = self.saved
+        return grad * s * (1 + x * (1 - s))
+
+
+class Piecewise(Function):
+    """y = x where `linear` (the identity's region), else g(x); dy/dx = 1 there, else g'(x).
+    Subclasses give the mask and g, g' for the other region."""
+
+    def forward(self, x, **params):
+        self.params = params
+        self.save_for_backward(x)
+        self.linear = self.region(x, **params)
+        return np.where(self.linear, x, self.outside(x, **params)).astype(x.dtype, copy=False)
+
+    def backward(self, grad):
+        slope = np.where(self.linear, 1, self.outside_slope(self.saved[0], **self.params))
+        return (grad * slope).astype(grad.dtype, copy=False)
+
+
+class LeakyRelu(Piecewise):
+    """y = x for x > 0, else s·x;  dy/dx = 1 for x > 0, else s (s at 0, as PyTorch)."""
+
+    def region(self, x, negative_slope):
+        return x > 0
+
+    def outside(self, x, negative_slope):
+        return negative_slope * x
+
+    def outside_slope(self, x, negative_slope):
+        return negative_slope
+
+
+class Elu(Piecewise):
+    """y = x for x > 0, else α(eˣ − 1);  dy/dx = 1 for x > 0, else α·eˣ (α at 0)."""
+
+    def region(self, x, alpha):
+        return x > 0
+
+    def outside(self, x, alpha):
+        return alpha * np.expm1(np.minimum(x, 0))
+
+    def outside_slope(self, x, alpha):
+        return alpha * np.exp(np.minimum(x, 0))
+
+
+class Softplus(Piecewise):
+    """y = log(1 + e^(βx))/β, and y = x where βx > threshold (where the two agree to float
+    precision);  dy/dx = σ(βx), and 1 above the threshold."""
+
+    def region(self, x, beta, threshold):
+        return x * beta > threshold
+
+    def outside(self, x, beta, threshold):
+        bx = np.minimum(x * beta, threshold)
+        return (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta
+
+    def outside_slope(self, x, beta, threshold):
+        return _sigmoid(x * beta)
+
+
+class Hardtanh(Function):
+    """y = min(max(x, lo), hi);  dy/dx = 1 strictly inside (lo, hi), 0 outside and at the
+    ends (PyTorch's hardtanh and relu6; clamp instead passes the gradient at the ends)."""
+
+    def forward(self, x, lo, hi):
+        self.inside = (x > lo) & (x < hi)
+        return np.clip(x, lo, hi)
+
+    def backward(self, grad):
+        return grad * self.inside
+
+
+class Clamp(Function):
+    """y = min(max(x, lo), hi) with number bounds (None: no bound);  dy/dx = 1 where
+    lo ≤ x ≤ hi (ends included, as PyTorch's clamp), else 0."""
+
+    def forward(self, x, lo, hi):
+        self.inside = np.ones(x.shape, bool) if lo is None else x >= lo
+        if hi is not None:
+            self.inside &= x <= hi
+        return np.clip(x, lo, hi).astype(x.dtype, copy=False)
+
+    def backward(self, grad):
+        return grad * self.inside
+
+
+class Maximum(Function):
+    """y = max(a, b) elementwise;  the gradient goes to the larger, half to each on a tie
+    (PyTorch's rule)."""
+
+    pick = staticmethod(np.maximum)
+
+    def forward(self, a, b):
+        self.share_a = np.where(a == b, 0.5, self.pick(a, b) == a)
+        self.shapes = a.shape, b.shape
+        return self.pick(a, b)
+
+    def backward(self, grad):
+        grad_a = grad * self.share_a.astype(grad.dtype)
+        return ops.unbroadcast(grad_a, self.shapes[0]), ops.unbroadcast(grad - grad_a, self.shapes[1])
+
+
+class Minimum(Maximum):
+    """y = min(a, b) elementwise;  the gradient goes to the smaller, half to each on a tie."""
+
+    pick = staticmethod(np.minimum)
+
+
+class GeluErf(Function):
+    """The exact GELU: y = x·Φ(x), Φ(x) = ½(1 + erf(x/√2));  dy/dx = Φ(x) + x·φ(x),
+    φ(x) = e^(−x²/2)/√(2π)."""
+
+    def forward(self, x):
+        phi = (0.5 * (1 + math_ops.erf_array(x / math.sqrt(2)))).astype(x.dtype, copy=False)
+        self.save_for_backward(x, phi)
+        return x * phi
+
+    def backward(self, grad):
+        x, phi = self.saved
+        return grad * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
+def sigmoid(x):
+    return Sigmoid.apply(unary_ops.as_floating(x))
+
+
+def logsigmoid(x):
+    return LogSigmoid.apply(unary_ops.as_floating(x))
+
+
+def silu(x):
+    return Silu.apply(unary_ops.as_floating(x))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    return LeakyRelu.apply(unary_ops.as_floating(x), negative_slope=negative_slope)
+
+
+def elu(x, alpha=1.0):
+    return Elu.apply(unary_ops.as_floating(x), alpha=alpha)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    return Softplus.apply(unary_ops.as_floating(x), beta=beta, threshold=threshold)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} is greater than max_val {max_val}")
+    return Hardtanh.apply(unary_ops.as_floating(x), lo=min_val, hi=max_val)
+
+
+def relu6(x):
+    return hardtanh(x, 0.0, 6.0)
+
+
+def gelu(x, approximate="tanh"):
+    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
+    GPT's kernel; the default here, where PyTorch's default is 'none')."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return (unary_ops.Gelu if approximate == "tanh" else GeluErf).apply(unary_ops.as_floating(x))
+
+
+def maximum(a, b):
+    return Maximum.apply(*ops.binary_operands("maximum", a, b))
+
+
+def minimum(a, b):
+    return Minimum.apply(*ops.binary_operands("minimum", a, b))
+
+
+def clamp(x, min=None, max=None):
+    """x limited to [min, max]; bounds are numbers or tensors (then maximum/minimum), None
+    for no bound. PyTorch's `clip` is the same op."""
+    if min is None and max is None:
+        raise ValueError("clamp: give at least one of min and max")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        x = x if min is None else maximum(x, min)
+        return x if max is None else minimum(x, max)
+    if not isinstance(x, Tensor):
+        x = Tensor(x)
+    dtype = ops.binary_operands("clamp", x, min if max is None else max)[0].dtype
+    return Clamp.apply(x if dtype == x.dtype else x.to(dtype), lo=min, hi=max)
+
+
+clip = clamp

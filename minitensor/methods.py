@@ -1,0 +1,48 @@
+"""Tensor's named methods, with PyTorch's names: each is the op function itself.
+
+A function whose first argument is the tensor is a method as it stands (`x.sum(1)` calls
+`reductions.sum(x, 1)`), so this table is the whole of Tensor's method surface beyond
+its operators (tensor.py); the op's docstring is the method's. The README lists them
+with the PyTorch name of each.
+"""
+import numpy as np
+
+from minitensor import activations, comparison, math_ops, ops, reductions, scans, shape_ops, statistics, unary_ops
+from minitensor.tensor import Tensor
+
+METHODS = {
+    ops: ["add", "sub", "mul", "div", "pow", "neg", "matmul", "masked_fill"],
+    reductions: ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all"],
+    statistics: ["var", "std", "logsumexp"],
+    scans: ["cumsum", "cumprod"],
+    unary_ops: ["exp", "log", "sqrt", "tanh", "relu", "gelu"],
+    math_ops: ["abs", "sign", "floor", "ceil", "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan",
+               "sinh", "cosh", "exp2", "log2", "log10", "log1p", "expm1", "rsqrt", "reciprocal", "square", "erf"],
+    activations: ["sigmoid", "clamp", "clip", "maximum", "minimum"],
+    comparison: ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_xor", "logical_not",
+                 "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
+                 "isclose", "allclose", "equal"],
+    shape_ops: ["reshape", "flatten", "unsqueeze", "squeeze", "transpose", "t", "permute", "swapaxes", "split"],
+}
+ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "subtract": ops.sub,
+           "absolute": math_ops.abs, "arcsin": math_ops.asin, "arccos": math_ops.acos, "arctan": math_ops.atan,
+           "greater": comparison.gt, "less": comparison.lt}
+
+
+def _cast_to(dtype):
+    def cast(self):
+        return self.to(dtype)
+    cast.__doc__ = f"This tensor as {np.dtype(dtype)} (itself if it is already)."
+    return cast
+
+
+CASTS = {"float": np.float32, "double": np.float64, "half": np.float16, "long": np.int64, "int": np.int32,
+         "short": np.int16, "char": np.int8, "byte": np.uint8, "bool": np.bool_}
+
+for module, names in METHODS.items():
+    for name in names:
+        setattr(Tensor, name, getattr(module, name))
+for name, function in ALIASES.items():
+    setattr(Tensor, name, function)
+for name, dtype in CASTS.items():
+    setattr(Tensor, name, _cast_to(dtype))
