@@ -69,6 +69,7 @@ from minitensor.creation import (
     zeros_like,
 )
 from minitensor.gradcheck import gradcheck
+from minitensor.indexing import gather, index_select, masked_select, scatter, scatter_add
 from minitensor.math_ops import (
     abs,
     acos,
@@ -94,12 +95,15 @@ from minitensor.math_ops import (
     tan,
     trunc,
 )
+from minitensor.nn.functional import log_softmax, softmax
 from minitensor.ops import add, div, masked_fill, matmul, mul, pow, sub, where
 from minitensor.promotion import promote_types
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
+from minitensor.rearrange import chunk, clone, flip, roll, tril, triu, unflatten
 from minitensor.reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, sum
 from minitensor.scans import cumprod, cumsum
-from minitensor.shape_ops import concat, split, stack
+from minitensor.shape_ops import cat, concat, split, stack
+from minitensor.sorting import argsort, sort, topk
 from minitensor.statistics import logsumexp, std, var
 from minitensor.tensor import Tensor, bfloat16, float16, float32, float64, int64, tensor
 from minitensor.unary_ops import exp, log, relu, sqrt, tanh
@@ -107,7 +111,6 @@ from minitensor.unary_ops import exp, log, relu, sqrt, tanh
 # PyTorch's other dtype names (numpy's dtypes, as float32 is)
 int8, int16, int32, uint8, bool = np.int8, np.int16, np.int32, np.uint8, np.bool_
 half, double, long = float16, float64, int64
-cat = concat
 
 from minitensor import methods  # noqa: E402, F401  (installs Tensor's named methods, once every op module is loaded)
 
@@ -129,4 +132,6 @@ __all__ = [
     "maximum", "minimum",
     "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
     "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "isclose", "allclose", "equal",
+    "chunk", "clone", "flip", "roll", "tril", "triu", "unflatten", "gather", "scatter", "scatter_add",
+    "index_select", "masked_select", "sort", "argsort", "topk", "softmax", "log_softmax",
 ]

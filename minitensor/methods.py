@@ -7,7 +7,21 @@ with the PyTorch name of each.
 """
 import numpy as np
 
-from minitensor import activations, comparison, math_ops, ops, reductions, scans, shape_ops, statistics, unary_ops
+from minitensor import (
+    activations,
+    comparison,
+    indexing,
+    math_ops,
+    ops,
+    rearrange,
+    reductions,
+    scans,
+    shape_ops,
+    sorting,
+    statistics,
+    unary_ops,
+)
+from minitensor.nn import functional
 from minitensor.tensor import Tensor
 
 METHODS = {
@@ -23,10 +37,16 @@ METHODS = {
                  "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
                  "isclose", "allclose", "equal"],
     shape_ops: ["reshape", "flatten", "unsqueeze", "squeeze", "transpose", "t", "permute", "swapaxes", "split"],
+    rearrange: ["expand", "expand_as", "repeat", "tril", "triu", "flip", "roll", "clone", "contiguous", "chunk",
+                "unflatten"],
+    indexing: ["gather", "scatter", "scatter_add", "index_select", "masked_select"],
+    sorting: ["sort", "argsort", "topk"],
+    functional: ["softmax", "log_softmax"],
 }
 ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "subtract": ops.sub,
            "absolute": math_ops.abs, "arcsin": math_ops.asin, "arccos": math_ops.acos, "arctan": math_ops.atan,
-           "greater": comparison.gt, "less": comparison.lt}
+           "greater": comparison.gt, "less": comparison.lt,
+           "__setitem__": indexing.setitem}  # y[idx] = v: an IndexPut (minitensor.indexing)
 
 
 def _cast_to(dtype):

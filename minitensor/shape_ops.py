@@ -30,19 +30,49 @@ def _is_basic_index(index):
     return all(p is None or p is Ellipsis or isinstance(p, (slice, int, np.integer)) for p in parts)
 
 
+def torch_order(index):
+    """`index` as (ints first, the rest): PyTorch applies integer indices as basic ones
+    before any advanced (array) index, so `x[0, :, [0, 1]]` of a (2, 3, 4, 5) tensor is
+    (3, 2, 5); numpy counts the 0 as advanced, puts the broadcast dims first, (2, 3, 5).
+    With both kinds present, the first part (ints, and `:` for every other dim) is a view
+    and the second (the rest, ints dropped) indexes it; otherwise the first part is None."""
+    parts = index if isinstance(index, tuple) else (index,)
+    ints = [isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_)) for p in parts]
+    if not any(ints) or _is_basic_index(index):
+        return None, index
+    first = []
+    for p, is_int in zip(parts, ints):
+        if is_int or p is Ellipsis:
+            first.append(p)
+        elif p is not None:  # a new axis takes no dim; a bool mask one per dim of its own
+            first += [slice(None)] * (np.ndim(p) if np.asarray(p).dtype == np.bool_ else 1)
+    rest = tuple(p for p, is_int in zip(parts, ints) if not is_int)
+    return tuple(first), rest
+
+
+def indexed(array, index):
+    """The part of `array` that `index` picks, as PyTorch orders its dims: `(view, rest)` with
+    `view[rest]` that part (to read, write, or add into; minitensor.indexing)."""
+    first, rest = torch_order(index)
+    return (array if first is None else array[first]), rest
+
+
 class GetItem(Function):
-    """`a[index]`; backward scatters the gradient back, adding where an index repeats."""
+    """`a[index]` with PyTorch's order of dims (torch_order); backward scatters the gradient
+    back, adding where an index repeats: da[index] += dy."""
 
     def forward(self, a, index):
         self.shape, self.dtype, self.index = a.shape, a.dtype, index
-        return a[index]
+        view, rest = indexed(a, index)
+        return view[rest]
 
     def backward(self, grad):
         out = np.zeros(self.shape, self.dtype)
-        if _is_basic_index(self.index):
-            out[self.index] = grad
+        view, rest = indexed(out, self.index)  # a view of out: writing into it writes into out
+        if _is_basic_index(rest):
+            view[rest] = grad
         else:
-            np.add.at(out, self.index, grad)
+            np.add.at(view, rest, grad)
         return out
 
 
@@ -150,39 +180,58 @@ def _check_dtypes(op, tensors):
         raise ops.dtype_mismatch(op, *tensors)
 
 
-def concat(tensors, axis=0):
+def one_dim(op, dim, axis, default=0):
+    """The dim an op works along, from PyTorch's `dim=` or numpy's `axis=` (one of them)."""
+    if dim is not None and axis is not None:
+        raise TypeError(f"{op}: got axis={axis} and dim={dim}; give one (axis is numpy's name, dim PyTorch's)")
+    return default if dim is None and axis is None else dim if axis is None else axis
+
+
+def concat(tensors, dim=None, *, axis=None):
+    """The tensors joined along `dim` (`torch.cat`); they match in every other dim."""
     tensors = list(tensors)
-    _check_dtypes("concat", tensors)
-    axis = axis % tensors[0].ndim
+    _check_dtypes("cat", tensors)
+    if any(t.ndim == 0 for t in tensors):
+        raise ValueError(f"cat: a 0-d tensor cannot be concatenated (shapes {[t.shape for t in tensors]}); "
+                         f"use stack, or reshape it to 1 dim")
     shapes = [t.shape for t in tensors]
-    outside = [s[:axis] + s[axis + 1 :] for s in shapes]
+    dim = check_dim("cat", one_dim("cat", dim, axis), len(shapes[0]), shapes[0])
+    outside = [s[:dim] + s[dim + 1:] for s in shapes]
     if any(len(s) != len(shapes[0]) or o != outside[0] for s, o in zip(shapes, outside)):
-        raise ValueError(f"concat: shapes {shapes} differ outside axis {axis}")
-    return Concat.apply(*tensors, axis=axis)
+        raise ValueError(f"cat (concat): shapes {shapes} differ outside dim {dim}")
+    return Concat.apply(*tensors, axis=dim)
 
 
-def stack(tensors, axis=0):
+def stack(tensors, dim=None, *, axis=None):
+    """The tensors (all of one shape) along a new dim `dim` (−ndim−1 ≤ dim ≤ ndim)."""
     tensors = list(tensors)
     _check_dtypes("stack", tensors)
     shapes = [t.shape for t in tensors]
     if len(set(shapes)) > 1:
         raise ValueError(f"stack: shapes {shapes} differ")
-    return Stack.apply(*tensors, axis=axis % (tensors[0].ndim + 1))
+    dim = check_dim("stack", one_dim("stack", dim, axis), len(shapes[0]) + 1, shapes[0])
+    return Stack.apply(*tensors, axis=dim)
 
 
-def split(a, split_size_or_sections, axis=0):
+def split(a, split_size_or_sections, dim=None, *, axis=None):
     """Like `torch.split`: chunks of an equal size (last one smaller) or of given sizes."""
-    length = a.shape[axis]
+    if a.ndim == 0:
+        raise ValueError("split: a 0-d tensor has no dim to split")
+    dim = check_dim("split", one_dim("split", dim, axis), a.ndim, a.shape)
+    length = a.shape[dim]
     if isinstance(split_size_or_sections, (int, np.integer)):
         if split_size_or_sections < 1:
             raise ValueError(f"split: chunk size must be ≥ 1, got {split_size_or_sections}")
         sizes = [split_size_or_sections] * (length // split_size_or_sections)
-        if length % split_size_or_sections:
-            sizes.append(length % split_size_or_sections)
+        if length % split_size_or_sections or not sizes:
+            sizes.append(length % split_size_or_sections)  # an empty dim gives one empty chunk
     else:
         sizes = list(split_size_or_sections)
     if sum(sizes) != length:
-        raise ValueError(f"split: sizes {sizes} do not add up to {length}, the size of axis {axis} of {a.shape}")
+        raise ValueError(f"split: sizes {sizes} do not add up to {length}, the size of dim {dim} of {a.shape}")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    prefix = (slice(None),) * (axis % a.ndim)
+    prefix = (slice(None),) * dim
     return tuple(a[prefix + (slice(int(s), int(s) + n),)] for s, n in zip(starts, sizes))
+
+
+cat = concat  # PyTorch's name

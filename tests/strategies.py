@@ -228,3 +228,14 @@ def shapes_and_dims(draw, min_dims=0, tuples=True):
     if tuples and shape:
         dims = dims | hnp.valid_tuple_axes(len(shape), min_size=1)
     return shape, draw(dims)
+
+
+# --- minitensor (shape, indexing and sorting ops) ------------------------------------
+
+
+@st.composite
+def shapes_and_dim(draw, min_dims=1):
+    """A shape of 1..3 dims with sides 0..3 (zero-size ones included) and one dim of it,
+    maybe negative."""
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
+    return shape, draw(st.integers(-len(shape), len(shape) - 1))

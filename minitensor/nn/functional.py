@@ -6,8 +6,11 @@ import numpy as np
 from minitensor import dtypes, unary_ops
 from minitensor.activations import elu, gelu, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa
 from minitensor.autograd import Function
-from minitensor.ops import dtype_mismatch
+from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
+from minitensor.nn.checks import check_class_targets, index_array, input_in_dtype_of
+from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
 from minitensor.random import default_generator
+from minitensor.shape_ops import check_dim, one_dim
 from minitensor.tensor import Tensor
 
 
@@ -182,26 +185,10 @@ class Embedding(Function):
         return dtypes.like(grad.dtype, dw.reshape(self.shape))
 
 
-def _input_in_dtype_of(op, x, *params):
-    """`x` as a Tensor (a numpy array is wrapped, not copied) in the parameters' dtype.
-
-    The parameters decide; an input in another dtype is an error saying how to cast it,
-    never a silent conversion.
-    """
-    x = x if isinstance(x, Tensor) else Tensor(x)
-    want = params[0].dtype
-    if len({p.dtype for p in params}) > 1:
-        raise dtype_mismatch(op, *params)
-    if x.dtype != want:
-        raise TypeError(f"{op}: the input is {x.dtype} but the weights are {want}; cast the input: "
-                        f"mt.tensor(x, dtype=mt.{want}) for a numpy array, x.to(mt.{want}) for a tensor")
-    return x
-
-
 def linear(x, weight, bias=None):
     """y = x Wᵀ + b. `x` may be a numpy array of the weight's dtype; a float64 array for
     float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`."""
-    x = _input_in_dtype_of("linear", x, weight, *([bias] if bias is not None else []))
+    x = input_in_dtype_of("linear", x, weight, *([bias] if bias is not None else []))
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
     if bias is not None and bias.shape != weight.shape[:1]:
@@ -209,53 +196,52 @@ def linear(x, weight, bias=None):
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
-def softmax(x, axis=-1):
+def _along_dim(op, cls, x, dim, axis):
+    """Softmax or LogSoftmax along `dim` (PyTorch's) or `axis` (numpy's), the last by default."""
+    dim = one_dim(op, dim, axis, default=-1)
+    check_dim(op, dim, x.ndim or 1, x.shape)
     if x.ndim == 0:  # one element: softmax is 1 (numpy has no axis -1 to normalise over)
-        return Softmax.apply(x.reshape(1), axis=-1).reshape(())
-    return Softmax.apply(x, axis=axis)
+        return cls.apply(x.reshape(1), axis=-1).reshape(())
+    return cls.apply(x, axis=dim)
 
 
-def log_softmax(x, axis=-1):
-    if x.ndim == 0:
-        return LogSoftmax.apply(x.reshape(1), axis=-1).reshape(())
-    return LogSoftmax.apply(x, axis=axis)
+def softmax(x, dim=None, *, axis=None):
+    """exp(x) / Σ exp(x) along `dim`."""
+    return _along_dim("softmax", Softmax, x, dim, axis)
+
+
+def log_softmax(x, dim=None, *, axis=None):
+    """x − logsumexp(x) along `dim`."""
+    return _along_dim("log_softmax", LogSoftmax, x, dim, axis)
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
-    x = _input_in_dtype_of("layer_norm", x, weight, bias)
+    x = input_in_dtype_of("layer_norm", x, weight, bias)
     if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
         raise ValueError(f"layer_norm: input {x.shape} needs weight and bias of shape {x.shape[-1:]}, "
                          f"got {weight.shape} and {bias.shape}")
     return LayerNorm.apply(x, weight, bias, eps=eps)
 
 
-def _index_array(idx):
-    idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-    return idx
+def cross_entropy(logits, targets, ignore_index=-100, *, reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of `logits (..., C)` (classes LAST) against integer `targets (...)` in
+    [0, C), or against probabilities of the logits' shape (float targets).
 
-
-def cross_entropy(logits, targets, ignore_index=-100):
-    """Mean cross-entropy of `logits (..., C)` against integer `targets (...)` in [0, C).
-
-    Targets equal to `ignore_index` are not counted. If every target is ignored, the
-    loss is 0 and its gradient zero, deliberately (PyTorch gives NaN): see CrossEntropy.
-    """
-    targets = _index_array(targets)
-    if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, "
-                         f"got {targets.shape}")
-    classes = logits.shape[-1]
-    outside = (targets != ignore_index) & ((targets < 0) | (targets >= classes))  # one vectorised test
-    if outside.any():
-        raise ValueError(f"cross_entropy: target {targets[outside][0]} is not a class in [0, {classes}) "
-                         f"and not ignore_index ({ignore_index})")
+    The default (mean, no smoothing, class indices) is the fused CrossEntropy kernel; the
+    others compose log_softmax with minitensor.nn.losses. Targets equal to `ignore_index`
+    count for nothing; if all are, the loss is 0, deliberately (PyTorch gives NaN)."""
+    if isinstance(targets, Tensor) and dtypes.is_floating(targets.dtype):
+        return soft_target_loss(log_softmax(logits), targets, reduction, label_smoothing)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    targets = check_class_targets("cross_entropy", logits, targets, ignore_index)
+    if reduction != "mean" or label_smoothing:
+        return nll_loss(log_softmax(logits), targets, ignore_index, reduction, label_smoothing=label_smoothing)
     return CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index)
 
 
 def embedding(idx, weight):
-    idx = _index_array(idx)
+    idx = index_array(idx)
     if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
         raise IndexError(f"embedding: indices range [{idx.min()}, {idx.max()}] outside [0, {weight.shape[0]})")
     return Embedding.apply(weight, idx=idx)
@@ -282,16 +268,26 @@ def _causal_mask(t_q, t_k):
     return np.triu(np.ones((t_q, t_k), dtype=bool), k=1)
 
 
-def scaled_dot_product_attention(q, k, v, causal=False, dropout_p=0.0, training=True, generator=None):
-    """softmax(q kᵀ / √d [+ causal mask]) v over the last two axes of (..., T, d) inputs."""
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *,
+                                 causal=None, training=True, generator=None):
+    """softmax(s · q kᵀ [+ mask]) v over the last two axes of (..., T, d) inputs, s = 1/√d
+    unless `scale` is given. `is_causal` (or its alias `causal`) hides later keys;
+    `attn_mask` is PyTorch's: bool (True = may attend) or float (added to the scores)."""
+    is_causal = is_causal or bool(causal)
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
-    mask = _causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     scores = q @ k.swapaxes(-1, -2)
-    weights = Softmax.apply(scores, axis=-1, scale=1.0 / math.sqrt(q.shape[-1]), mask=mask)
+    if attn_mask is not None and dtypes.is_floating(attn_mask.dtype):
+        weights = softmax(scores * (scale or 1.0 / math.sqrt(q.shape[-1])) + attn_mask)
+    else:  # hidden: above the diagonal (causal), or where a bool mask is False
+        hidden = _causal_mask(q.shape[-2], k.shape[-2]) if is_causal else None
+        if attn_mask is not None:
+            hidden = ~np.asarray(attn_mask.data if isinstance(attn_mask, Tensor) else attn_mask, dtype=bool)
+        weights = Softmax.apply(scores, axis=-1, scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                                mask=hidden)
     weights = dropout(weights, dropout_p, training, generator)
     return weights @ v
 
-
-def relu(x):
-    return unary_ops.relu(x)
+relu = unary_ops.relu

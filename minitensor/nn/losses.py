@@ -1,0 +1,122 @@
+"""Losses beyond the fused cross-entropy kernel: `nll_loss`, `binary_cross_entropy`,
+`binary_cross_entropy_with_logits`, and the pieces `F.cross_entropy` composes when asked
+for more than its fused default (`reduction=`, `label_smoothing=`, probability targets).
+
+Classes are the LAST dim here, `(..., C)` with targets `(...)`, as the GPT's logits are
+(PyTorch puts them in dim 1). Each elementwise loss is one Function; `reduction` is
+then 'none', 'sum' or 'mean' (over the counted entries) with the ordinary ops.
+"""
+import numpy as np
+
+from minitensor import reductions
+from minitensor.autograd import Function
+from minitensor.nn.checks import check_class_targets
+from minitensor.ops import dtype_mismatch, unbroadcast
+from minitensor.tensor import Tensor
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+class NLLLoss(Function):
+    """Per row i: lᵢ = −(1−ε)·logpᵢ[tᵢ] − (ε/C)·Σ_c logpᵢ[c] (ε: label smoothing), 0 where
+    tᵢ is ignored.  dlogpᵢ[c] = −dlᵢ·((1−ε)·[c = tᵢ] + ε/C) on counted rows, 0 elsewhere."""
+
+    def forward(self, logp, safe, counted, smoothing):
+        self.shape, self.safe, self.counted, self.smoothing = logp.shape, safe, counted, smoothing
+        picked = np.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
+        loss = -(1 - smoothing) * picked - smoothing * logp.mean(axis=-1) if smoothing else -picked
+        return np.where(counted, loss, np.zeros((), logp.dtype))
+
+    def backward(self, grad):
+        weight = np.where(self.counted, -grad, np.zeros((), grad.dtype))[..., None]
+        dlogp = np.broadcast_to(weight * (self.smoothing / self.shape[-1]), self.shape).copy()
+        np.put_along_axis(dlogp, self.safe[..., None],
+                          np.take_along_axis(dlogp, self.safe[..., None], -1) + (1 - self.smoothing) * weight, -1)
+        return dlogp
+
+
+class BinaryCrossEntropy(Function):
+    """l = −(t·log p + (1−t)·log(1−p)), each log clamped at −100 as in PyTorch.
+    dp = (p − t) / max(p(1−p), 1e-12);  dt = log(1−p) − log p (clamped alike)."""
+
+    def forward(self, p, t):
+        with np.errstate(divide="ignore"):
+            log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
+        self.save_for_backward(p, t, log_p, log_q)
+        return -(t * log_p + (1 - t) * log_q)
+
+    def backward(self, grad):
+        p, t, log_p, log_q = self.saved
+        dp = grad * (p - t) / np.maximum(p * (1 - p), 1e-12)
+        return unbroadcast(dp, p.shape), unbroadcast(grad * (log_q - log_p), t.shape)
+
+
+class BinaryCrossEntropyWithLogits(Function):
+    """l = −(t·log σ(x) + (1−t)·log(1−σ(x))) = max(x, 0) − x·t + log(1 + e^−|x|), stable
+    for any x.  dx = σ(x) − t;  dt = −x."""
+
+    def forward(self, x, t):
+        self.save_for_backward(x, t)
+        return np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+
+    def backward(self, grad):
+        x, t = self.saved
+        sigmoid = np.exp(-np.logaddexp(0, -x))
+        return unbroadcast(grad * (sigmoid - t), x.shape), unbroadcast(-grad * x, t.shape)
+
+
+def reduce(op, loss, reduction, count=None):
+    """The per-entry `loss` as asked: 'none' as is, 'sum', or 'mean' over `count` entries
+    (all of them if None; at least 1, so a batch with nothing counted gives 0, not NaN)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if reduction == "none":
+        return loss
+    total = reductions.sum(loss)
+    return total if reduction == "sum" else total * (1.0 / max(loss.size if count is None else count, 1))
+
+
+def nll_loss(input, target, ignore_index=-100, reduction="mean", *, label_smoothing=0.0):
+    """−logp[target] per entry of log-probabilities `input (..., C)`, reduced; entries whose
+    target is `ignore_index` count for nothing (nor in the mean's count)."""
+    targets = check_class_targets("nll_loss", input, target, ignore_index)
+    counted = targets != ignore_index
+    safe = np.where(counted, targets, 0)
+    loss = NLLLoss.apply(input, safe=safe, counted=counted, smoothing=float(label_smoothing))
+    return reduce("nll_loss", loss, reduction, int(counted.sum()))
+
+
+def soft_target_loss(logp, probabilities, reduction, label_smoothing=0.0):
+    """−Σ_c q_c·logp_c per row for target probabilities q (smoothed: (1−ε)q + ε/C), reduced
+    over the rows (PyTorch's cross_entropy with probability targets)."""
+    if probabilities.shape != logp.shape:
+        raise ValueError(f"cross_entropy: probability targets {probabilities.shape} need the input's shape "
+                         f"{logp.shape}")
+    if probabilities.dtype != logp.dtype:
+        raise dtype_mismatch("cross_entropy", logp, probabilities)
+    if label_smoothing:
+        probabilities = probabilities * (1 - label_smoothing) + label_smoothing / logp.shape[-1]
+    return reduce("cross_entropy", -reductions.sum(probabilities * logp, -1), reduction)
+
+
+def _binary_operands(op, input, target):
+    target = target if isinstance(target, Tensor) else Tensor(np.asarray(target, dtype=input.dtype))
+    if target.shape != input.shape:
+        raise ValueError(f"{op}: the target's shape {target.shape} differs from the input's {input.shape}")
+    if target.dtype != input.dtype:
+        raise dtype_mismatch(op, input, target)
+    return input, target
+
+
+def binary_cross_entropy(input, target, reduction="mean"):
+    """−(t·log p + (1−t)·log(1−p)) for probabilities `input` in [0, 1], reduced."""
+    input, target = _binary_operands("binary_cross_entropy", input, target)
+    if input.size and not ((input.data >= 0).all() and (input.data <= 1).all()):
+        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1")
+    return reduce("binary_cross_entropy", BinaryCrossEntropy.apply(input, target), reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, reduction="mean"):
+    """binary_cross_entropy(sigmoid(input), target), computed stably from the logits."""
+    input, target = _binary_operands("binary_cross_entropy_with_logits", input, target)
+    return reduce("binary_cross_entropy_with_logits", BinaryCrossEntropyWithLogits.apply(input, target), reduction)
