@@ -100,7 +100,7 @@ from minitensor.ops import add, div, masked_fill, matmul, mul, pow, sub, where
 from minitensor.promotion import promote_types
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
 from minitensor.rearrange import chunk, clone, flip, roll, tril, triu, unflatten
-from minitensor.reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, sum
+from minitensor.reductions import all, amax, amin, any, argmax, argmin, dot, max, mean, min, prod, sum
 from minitensor.scans import cumprod, cumsum
 from minitensor.shape_ops import cat, concat, split, stack
 from minitensor.sorting import argsort, sort, topk
@@ -117,14 +117,14 @@ from minitensor import methods  # noqa: E402, F401  (installs Tensor's named met
 __all__ = [
     "Function", "Tensor", "tensor", "zeros", "ones", "randn", "arange", "float32", "float64", "int64",
     "no_grad", "enable_grad", "is_grad_enabled",
-    "exp", "log", "sqrt", "tanh", "relu", "matmul", "where", "masked_fill",
+    "exp", "log", "sqrt", "tanh", "relu", "matmul", "dot", "where", "masked_fill",
     "concat", "split", "stack", "nn", "optim",
     "checkpoint", "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
     # the PyTorch surface (README: the op table)
     "full", "empty", "eye", "linspace", "rand", "randint", "zeros_like", "ones_like", "empty_like", "full_like",
     "rand_like", "randn_like", "float16", "bfloat16", "int8", "int16", "int32", "uint8", "bool", "half", "double",
     "long", "cat", "promote_types", "add", "sub", "mul", "div", "pow",
-    "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all", "var", "std",
+    "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all", "dot", "var", "std",
     "logsumexp", "cumsum", "cumprod",
     "abs", "sign", "floor", "ceil", "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
     "exp2", "log2", "log10", "log1p", "expm1", "rsqrt", "reciprocal", "square", "erf",

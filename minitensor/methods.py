@@ -26,7 +26,7 @@ from minitensor.tensor import Tensor
 
 METHODS = {
     ops: ["add", "sub", "mul", "div", "pow", "neg", "matmul", "masked_fill"],
-    reductions: ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all"],
+    reductions: ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all", "dot"],
     statistics: ["var", "std", "logsumexp"],
     scans: ["cumsum", "cumprod"],
     unary_ops: ["exp", "log", "sqrt", "tanh", "relu", "gelu"],

@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from minitensor import comparison, dtypes
+from minitensor import comparison, dtypes, ops
 from minitensor.autograd import Function
 from minitensor.tensor import Tensor
 
@@ -208,3 +208,12 @@ def all(a, dim=None, keepdim=False):
     """True where every element along `dim` is nonzero (a bool tensor, no gradient)."""
     axis, keepdim = axis_and_keepdims("all", a, dim, keepdim)
     return comparison.discrete(lambda x: np.all(x, axis=axis, keepdims=keepdim), a)
+
+
+def dot(a, b):
+    """Σᵢ aᵢbᵢ of two 1-d tensors of one length (torch.dot): the sum of a product, computed as
+    the 1-d @ 1-d matmul."""
+    a, b = (x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in (a, b))
+    if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"dot: needs two 1-d tensors of one length, got shapes {a.shape} and {b.shape}")
+    return ops.matmul(a, b)

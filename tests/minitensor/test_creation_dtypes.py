@@ -110,6 +110,10 @@ def test_matmul_of_vectors_follows_pytorch():
         assert mt.gradcheck(lambda a, b: a @ b, a, b)
     with pytest.raises(ValueError, match="matmul: both operands need at least 1 dim"):
         mt.tensor(2.0) @ v
+    assert mt.dot(v, w).shape == () and mt.dot(v, w).item() == pytest.approx(float(np.dot(v.data, w.data)))
+    assert v.dot(w).item() == mt.dot(v, w).item() and mt.gradcheck(mt.dot, v, w)
+    with pytest.raises(ValueError, match=r"dot: needs two 1-d tensors of one length, got shapes \(3,\) and \(3, 4\)"):
+        mt.dot(v, m)
 
 
 def test_softmax_of_a_0d_tensor_and_where_with_two_numbers():
