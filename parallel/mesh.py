@@ -28,6 +28,13 @@ ring over the sequence. Parameters are replicated over dp AND cp (each cp rank
 holds all weights, for its own tokens), so gradients are averaged over the dp_cp
 group: the ranks of one (tp, pp) cell across dp and cp ({0,2,4,6}, ...); with
 cp = 1 it is the dp group itself.
+
+Expert parallelism (ep, dividing dp; Megatron-Core's order) is no new world axis: it
+splits each dp group into dp/ep blocks of ep consecutive dp ranks. The ep group is one
+block (its ranks exchange tokens by all-to-all; each holds E/ep experts); the expert
+data-parallel group (edp) joins the ranks at the same place of every block, which hold
+the same experts. For dp = 4, ep = 2 (tp = pp = 1): ep groups {0,1}, {2,3}; edp groups
+{0,2}, {1,3}. With ep = 1 there is no ep group and edp is the dp group.
 """
 from collections import namedtuple
 
@@ -50,9 +57,9 @@ def coords_of(rank, dp, tp, cp=1):
 
 
 class Mesh:
-    def __init__(self, dp=1, tp=1, pp=1, cp=1, world=None):
+    def __init__(self, dp=1, tp=1, pp=1, cp=1, world=None, ep=1):
         world = current_world() if world is None else world
-        for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp)):
+        for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Mesh: {name}={value!r} must be a positive int")
         if dp * tp * pp * cp != world.size:
@@ -72,6 +79,17 @@ class Mesh:
         # end exercise
         # The ranks holding replicas of the same parameters: dp x cp (the dp group when cp = 1).
         self.dp_cp_group = self.dp_group if cp == 1 else world.split(color=p * tp + t, key=d * cp + c)
+        self.split_experts(ep)
+
+    def split_experts(self, ep):
+        """ep_group and edp_group (see the module docstring); ep_rank: this rank's place in its ep group."""
+        if self.dp % ep or (ep > 1 and self.cp > 1):
+            raise ValueError(f"Mesh: ep={ep} must divide dp={self.dp}" + (" (and ep needs cp=1)" if self.cp > 1 else ""))
+        self.ep, self.ep_rank, self.ep_group, self.edp_group = ep, self.dp_rank % ep, None, self.dp_group
+        if ep > 1:
+            cell = self.pp_rank * self.tp + self.tp_rank
+            self.ep_group = self.world.split(color=cell * (self.dp // ep) + self.dp_rank // ep, key=self.ep_rank)
+            self.edp_group = self.world.split(color=cell * ep + self.ep_rank, key=self.dp_rank // ep)
 
     @property
     def coords(self):
@@ -79,13 +97,14 @@ class Mesh:
 
     def sizes(self):
         """{"dp": .., "tp": .., "pp": .., "cp": ..}: the mesh's shape."""
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, **({"ep": self.ep} if self.ep > 1 else {})}
 
     def rank_of(self, dp_rank, tp_rank, pp_rank, cp_rank=0):
         return rank_of(dp_rank, tp_rank, pp_rank, self.dp, self.tp, cp_rank, self.cp)
 
     def __repr__(self):
         cp = f", cp={self.cp}" if self.cp > 1 else ""
+        cp += f", ep={self.ep}" if self.ep > 1 else ""
         return f"Mesh(dp={self.dp}, tp={self.tp}, pp={self.pp}{cp}) at rank {self.world.rank} {tuple(self.coords)}"
 
     def describe(self):

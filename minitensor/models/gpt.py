@@ -5,6 +5,10 @@ every parallel layout is checked against.
     Block:  x = x + attn(ln_1(x));   x = x + mlp(ln_2(x))            (pre-LayerNorm)
 
 Parameter names (`blocks.0.attn.q.weight`, ...) are the public checkpoint format.
+
+With n_experts = E > 0 every moe_every-th block's MLP is a mixture of E expert MLPs
+(minitensor.nn.moe: `blocks.1.mlp.router.weight`, `blocks.1.mlp.experts.3.fc.weight`, ...)
+and the loss gains their balancing and z-losses. E = 0 is the dense GPT, unchanged.
 """
 import math
 from dataclasses import dataclass
@@ -14,6 +18,7 @@ import numpy as np
 from minitensor import nn
 from minitensor.autograd import no_grad
 from minitensor.nn import functional as F
+from minitensor.nn.moe import MoE
 from minitensor.random import default_generator
 from minitensor.tensor import DEFAULT_FLOAT, Tensor
 
@@ -29,6 +34,13 @@ class GPTConfig:
     causal: bool = True
     d_head: int = None  # width of one head; default d_model // n_head (structured pruning keeps it)
     d_ff: int = None    # the MLP's hidden width; default 4·d_model (structured pruning shrinks it)
+    n_experts: int = 0  # E > 0: mixture-of-experts MLPs (each of width mlp_width) in every moe_every-th block
+    top_k: int = 2      # experts per token
+    moe_every: int = 1  # blocks moe_every-1, 2·moe_every-1, ... are MoE
+    capacity_factor: float = None  # None: dropless; C: at most ⌈C·T·k/E⌉ tokens per expert and sequence
+    aux_loss_coef: float = 0.01    # the Switch balancing loss's α
+    z_loss_coef: float = 0.0       # the ST-MoE router z-loss's β
+    renormalize: bool = True       # the top-k gates divided by their sum (Mixtral), or not (Switch)
     name = "GPT"  # (a class attribute, not a field) for messages
 
     def __post_init__(self):
@@ -42,6 +54,24 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig: {name} must be a positive integer or None, got {value!r}")
         if self.d_head is None and self.d_model % self.n_head:
             raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        if self.n_experts:
+            self.check_experts()
+
+    def check_experts(self):
+        if not isinstance(self.n_experts, (int, np.integer)) or self.n_experts < 0:
+            raise ValueError(f"GPTConfig: n_experts must be a non-negative integer, got {self.n_experts!r}")
+        if not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"GPTConfig: top_k={self.top_k} must be in [1, n_experts={self.n_experts}]")
+        if self.moe_every < 1 or (self.capacity_factor is not None and not self.capacity_factor > 0):
+            raise ValueError(f"GPTConfig: moe_every={self.moe_every} must be ≥ 1 and capacity_factor="
+                             f"{self.capacity_factor} None or > 0")
+        if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
+            raise ValueError(f"GPTConfig: aux_loss_coef={self.aux_loss_coef} and z_loss_coef={self.z_loss_coef} "
+                             f"must be ≥ 0")
+
+    def is_moe(self, layer):
+        """Whether block `layer`'s MLP is a mixture of experts."""
+        return self.n_experts > 0 and layer % self.moe_every == self.moe_every - 1
 
     @property
     def head_dim(self):
@@ -100,16 +130,26 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config, dtype=DEFAULT_FLOAT):
+    def __init__(self, config, dtype=DEFAULT_FLOAT, layer=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.d_model, dtype=dtype)
         self.attn = SelfAttention(config, dtype)
         self.ln_2 = nn.LayerNorm(config.d_model, dtype=dtype)
-        self.mlp = MLP(config, dtype)
+        self.mlp = moe_of(config, dtype) if config.is_moe(layer) else MLP(config, dtype)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
+
+
+def moe_of(config, dtype):
+    return MoE(config.d_model, config.mlp_width, config.n_experts, config.top_k, config.renormalize,
+               config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype)
+
+
+def moe_loss(blocks):
+    """The sum of the MoE blocks' balancing and z-losses of the last forward."""
+    return sum(block.mlp.aux_loss for block in blocks if isinstance(block.mlp, MoE))
 
 
 class GPTEnds:
@@ -171,7 +211,7 @@ class GPT(GPTEnds, nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model, dtype=dtype)
         self.pos_emb = nn.Embedding(config.block_size, config.d_model, dtype=dtype)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, dtype) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, dtype, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model, dtype=dtype)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=dtype)
         self.reset_parameters()
@@ -183,7 +223,10 @@ class GPT(GPTEnds, nn.Module):
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        return self.head(x, targets)
+        logits, loss = self.head(x, targets)
+        if loss is not None and self.config.n_experts:
+            loss = loss + moe_loss(self.blocks)
+        return logits, loss
 
     @no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, greedy=False, generator=None):

@@ -169,8 +169,12 @@ def possible_piece(shape, full, axis, tp):
 
 
 def check_config(manifest, config, step_dir):
-    """A CheckpointError naming every field in which the checkpoint's model differs."""
-    saved, given = manifest["config"], config_dict(config)
+    """A CheckpointError naming every field in which the checkpoint's model differs. A field
+    the checkpoint does not name (saved before the field existed: GPTConfig's n_experts, ...)
+    counts as its default, so a dense GPT's checkpoint of then loads into a dense GPT of now."""
+    given = config_dict(config)
+    defaults = {f.name: f.default for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+    saved = {**{k: v for k, v in defaults.items() if k in given}, **manifest["config"]}
     differ = [f"{k}: checkpoint {saved.get(k)!r}, model {given.get(k)!r}"
               for k in sorted(set(saved) | set(given)) if saved.get(k) != given.get(k)]
     if differ:

@@ -49,6 +49,41 @@ def check_axis(axis, ndim, what):
     return int(axis) % ndim
 
 
+def check_splits(rows, size, send_splits, recv_splits):
+    """all_to_all's (send, recv): rows for each rank of a group of `size`, as lists of ints. Both
+    given (`size` non-negative ints each; the sent ones sum to the `rows` of the buffer), or
+    neither: `rows` split evenly."""
+    if send_splits is None and recv_splits is None:
+        if rows % size:
+            raise ValueError(f"all_to_all: {rows} rows are not divisible by the group size {size}; "
+                             f"pass send_splits and recv_splits")
+        return [rows // size] * size, [rows // size] * size
+    if send_splits is None or recv_splits is None:
+        raise ValueError("all_to_all: pass both send_splits and recv_splits, or neither (even splits)")
+    splits = []
+    for name, given in (("send_splits", send_splits), ("recv_splits", recv_splits)):
+        values = [int(s) for s in given] if all(isinstance(s, (int, np.integer)) for s in given) else None
+        if values is None or len(values) != size or min(values) < 0:
+            raise ValueError(f"all_to_all: {name}={list(given)!r} must be {size} non-negative ints")
+        splits.append(values)
+    if sum(splits[0]) != rows:
+        raise ValueError(f"all_to_all: send_splits={splits[0]} sum to {sum(splits[0])}, but the buffer has {rows} rows")
+    return splits
+
+
+def received_blocks(sent, rank, recv_splits):
+    """The threads backend's all_to_all: from every rank's (buffer, send_splits) in `sent`, the
+    blocks for `rank`, in rank order, after checking each has the rows `recv_splits` expects."""
+    blocks = []
+    for src, ((buf, send), expected) in enumerate(zip(sent, recv_splits)):
+        start = sum(send[:rank])
+        if send[rank] != expected:
+            raise ValueError(f"all_to_all: rank {src} sends {send[rank]} rows to rank {rank}, "
+                             f"whose recv_splits expect {expected}")
+        blocks.append(buf[start:start + send[rank]])
+    return blocks
+
+
 def check_message(buf, shape, dtype, src, tag):
     """The receive side's check, shared by both backends: the message must fit the buffer exactly."""
     if tuple(shape) != buf.shape or np.dtype(dtype) != buf.dtype:

@@ -20,7 +20,7 @@ import numpy as np
 from .checks import REDUCE_UFUNCS, SUPPORTED_DTYPES, check_same_call
 from .request import Request
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "split")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "split", "all_to_all")
 OPS = tuple(REDUCE_UFUNCS)
 DTYPES = tuple(str(d) for d in SUPPORTED_DTYPES)
 MAX_NDIM = 32  # numpy's limit

@@ -14,6 +14,7 @@ algorithms on n = `size` ranks (the numbers nccl-tests and the ZeRO paper use):
     all_gather      elements of the gathered   bytes =  (n-1)/n * gathered bytes
     reduce_scatter  elements of the unscattered bytes = (n-1)/n * unscattered bytes
     broadcast       elements of the buffer     bytes = buffer bytes (0 if n == 1)
+    all_to_all      elements of the buffer     bytes = buffer bytes - the rows it sends itself
     send, recv      elements of the message    bytes = message bytes
     barrier, split  0                          bytes = 0
 
@@ -32,6 +33,7 @@ from .checks import (
     check_buffer,
     check_choice,
     check_peer,
+    check_splits,
     check_tag,
     check_timeout,
     default_debug,
@@ -59,7 +61,7 @@ class Group:
     A backend subclass supplies non-blocking primitives for C-contiguous validated buffers,
     each returning a request.Pending: `_iall_reduce(buf, op)`, `_iall_gather(buf, out)` with
     out of shape (size, *buf.shape), `_ireduce_scatter(blocks, out, op)` with blocks of shape
-    (size, *out.shape), `_ibroadcast(buf, root)`, `_ibarrier()`, `_isplit(color, key)` (its
+    (size, *out.shape), `_ibroadcast(buf, root)`, `_iall_to_all(buf, send, out, recv)` (rows per rank as lists), `_ibarrier()`, `_isplit(color, key)` (its
     finish() is the new Group), `_isend(buf, dst, tag)`, `_irecv(buf, src, tag)` (whose poll
     raises check_message's ValueError on a mismatched message); and `world_ranks()`,
     `abort(code)`, `poll_backoff` (see request.py).
@@ -180,6 +182,21 @@ class Group:
         work = np.ascontiguousarray(arr)
         Request(self, f"broadcast(root={root})", self._ibroadcast(work, int(root))).wait()
         return copy_back(arr, work)
+
+    def all_to_all(self, arr, send_splits=None, recv_splits=None):
+        """A new array: this rank sends its consecutive blocks of `send_splits[r]` rows (axis 0) of
+        `arr` to rank r, and returns the blocks it receives, `recv_splits[s]` rows from rank s,
+        concatenated in rank order (MPI's Alltoallv). Without splits, equal blocks (Alltoall).
+        Each rank must expect what the others send it (the threads backend checks it)."""
+        check_buffer(arr, "all_to_all")
+        if arr.ndim == 0:
+            raise ValueError("all_to_all needs an array with at least one axis (the rows it splits)")
+        send, recv = check_splits(arr.shape[0], self.size, send_splits, recv_splits)
+        row_bytes = arr.itemsize * int(np.prod(arr.shape[1:]))
+        self._count("all_to_all", arr.size, (arr.shape[0] - send[self.rank]) * row_bytes)
+        out = np.empty((sum(recv),) + arr.shape[1:], arr.dtype)
+        Request(self, "all_to_all", self._iall_to_all(np.ascontiguousarray(arr), send, out, recv)).wait()
+        return out
 
     def barrier(self):
         self._count("barrier", 0, 0)

@@ -1,7 +1,7 @@
 """The MPI backend: a Group over an mpi4py communicator, on its buffer methods only.
 
 Every operation is MPI's non-blocking one (`Iallreduce`, `Iallgather`,
-`Ireduce_scatter_block`, `Ibcast`, `Ibarrier`, `Isend`, `Irecv`), polled with
+`Ireduce_scatter_block`, `Ibcast`, `Ialltoallv`, `Ibarrier`, `Isend`, `Irecv`), polled with
 `Test` by request.py's deadline loop, so a stopped rank makes the others raise
 CommTimeout instead of hanging. numpy arrays are passed as buffers: nothing is
 pickled. `Split` has no non-blocking form; an `Ibarrier` comes first, so a
@@ -63,6 +63,16 @@ def _is_bfloat16(buf):
 def _message(buf):
     """What mpi4py is given for `buf`: the array, or a bfloat16 array's bits as UINT16_T."""
     return [buf.view(np.uint16), MPI.UINT16_T] if _is_bfloat16(buf) else buf
+
+
+def _vector(buf, splits, row):
+    """mpi4py's buffer with counts and displacements (in elements) for Alltoallv: `splits` rows of `row` elements."""
+    counts = [s * row for s in splits]
+    displacements = [sum(counts[:r]) for r in range(len(counts))]
+    message = _message(buf)
+    if isinstance(message, list):
+        return [message[0], (counts, displacements), message[1]]
+    return [buf, (counts, displacements)]
 
 
 def _op(op, buf):
@@ -141,6 +151,12 @@ class MPIGroup(Group):
     def _ibroadcast(self, buf, root):
         signature = {"shape": buf.shape, "dtype": buf.dtype, "root": root}
         return self._collective("broadcast", signature, lambda: self.comm.Ibcast(_message(buf), root))
+
+    def _iall_to_all(self, buf, send, out, recv):
+        row = int(np.prod(buf.shape[1:]))
+        signature = {"shape": buf.shape[1:], "dtype": buf.dtype}  # the rows' shape: their counts differ
+        start = lambda: self.comm.Ialltoallv(_vector(buf, send, row), _vector(out, recv, row))
+        return self._collective("all_to_all", signature, start)
 
     def _ibarrier(self):
         return self._collective("barrier", {}, self.comm.Ibarrier)

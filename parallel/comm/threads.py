@@ -1,22 +1,19 @@
-"""The threads backend: N ranks as N threads of one process.
+"""The threads backend: N ranks as N threads of one process. All groups of one `run_threads`
+world share one condition variable (`_World`); every state change happens under it and wakes
+the waiters. That makes these guarantees cheap to keep:
 
-All groups of one `run_threads` world share one condition variable (`_World`); every state
-change happens under it and wakes the waiters. That makes these guarantees cheap to keep:
+* an exception on any rank is recorded and every waiting rank raises `CommAborted` at
+  once, so `run_threads` re-raises the original exception;
+* a deadlock is detected instead of hanging: when every live rank is waiting and none has seen a
+  change since, `DeadlockError` names what each waits for; a rank stuck elsewhere (in compute) is
+  caught by the deadline (request.py), whose `CommTimeout` names the ranks that have not arrived;
+* collectives check that every rank called the same one with matching shapes, dtypes and
+  arguments (MPI only under PARALLEL_DEBUG=1, debug.py).
 
-* an exception on any rank is recorded and every waiting rank raises
-  `CommAborted` at once, so `run_threads` re-raises the original exception;
-* a deadlock is detected instead of hanging: when every live rank is waiting
-  and none has seen a change since, `DeadlockError` names what each waits for;
-  a rank stuck elsewhere (in compute) is caught by the deadline (request.py),
-  whose `CommTimeout` names the ranks that have not arrived;
-* collectives check that every rank called the same one with matching
-  shapes, dtypes and arguments (MPI only under PARALLEL_DEBUG=1, debug.py).
-
-Matching follows MPI: the k-th collective call of each rank on a group meet;
-messages from one source with one tag are received in the order sent. `send`
-is synchronous (it returns once the receive is posted, like MPI_Ssend), so a
-program that relies on MPI buffering fails here quickly rather than hanging
-under mpiexec with large messages.
+Matching follows MPI: the k-th collective call of each rank on a group meet; messages from one
+source with one tag are received in the order sent. `send` is synchronous (it returns once the
+receive is posted, like MPI_Ssend), so a program that relies on MPI buffering fails here quickly
+rather than hanging under mpiexec with large messages.
 """
 import math
 import threading
@@ -25,7 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .checks import REDUCE_UFUNCS, check_message, check_same_call
+from .checks import REDUCE_UFUNCS, check_message, check_same_call, received_blocks
 from .group import Group
 from .request import Pending
 
@@ -45,10 +42,8 @@ class _World:
     """State shared by the threads of one run_threads call."""
 
     def __init__(self, size):
-        self.cond = threading.Condition()
-        self.live = size
-        self.waiting = {}  # rank -> what it waits for, for ranks that saw the latest change
-        self.error, self.failed_rank = None, None
+        self.cond, self.live, self.waiting = threading.Condition(), size, {}  # waiting: rank -> what it waits for
+        self.error = self.failed_rank = None
         self.last_poll = -math.inf  # when a rank last looked: ranks in a wait look every POLL_SECONDS
 
     def changed(self):
@@ -188,6 +183,11 @@ class ThreadGroup(Group):
         signature = {"shape": buf.shape, "dtype": str(buf.dtype), "root": root}
         combine = lambda bufs: bufs[root].copy()
         return self._collective("broadcast", signature, buf, combine, lambda data: np.copyto(buf, data))
+
+    def _iall_to_all(self, buf, send, out, recv):
+        signature = {"shape": buf.shape[1:], "dtype": str(buf.dtype)}  # the rows' shape: their counts differ
+        take = lambda sent: np.concatenate(received_blocks(sent, self.rank, recv), out=out)
+        return self._collective("all_to_all", signature, (buf, send), list, take)
 
     def _ibarrier(self):
         return self._collective("barrier", {}, None, lambda _: None, lambda _: None)

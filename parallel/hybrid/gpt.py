@@ -90,6 +90,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
+        if getattr(config, "n_experts", 0):
+            raise ValueError(f"HybridGPT: n_experts={config.n_experts}: a mixture of experts runs on ExpertParallelGPT")
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))

@@ -31,6 +31,7 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
   python -m parallel.train --model bert --threads 4 --tp 2 --pp 2 --check   # BERT, the same layers
   python -m parallel.train --threads 4 --cp 2 --tp 2 --check   # context parallel: ring attention
+  python -m parallel.train --threads 4 --dp 4 --ep 2 --experts 4 --top-k 2 --check  # mixture of experts
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
 
@@ -94,6 +95,15 @@ def build_parser():
                         help="tokens of each cp rank: zigzag (balanced causal work) or contiguous")
     layout.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, default="p2p",
                         help="cp attention: p2p = ring attention, a2a = Ulysses all-to-alls (heads/tp divisible by cp)")
+    moe = p.add_argument_group("mixture of experts (minitensor.nn.moe, parallel.expert_parallel)")
+    moe.add_argument("--experts", type=int, default=0, metavar="E", help="experts per MoE block (0: the dense GPT)")
+    moe.add_argument("--top-k", type=int, metavar="K", help="experts per token (default min(2, E))")
+    moe.add_argument("--ep", type=int, default=1, help="expert-parallel ranks: E/ep experts each; ep divides --dp")
+    moe.add_argument("--capacity-factor", type=float, metavar="C", help="at most ⌈C·T·k/E⌉ tokens per expert and "
+                     "sequence, the rest dropped (default: dropless)")
+    moe.add_argument("--moe-every", type=int, default=1, metavar="M", help="every M-th block is MoE (default 1)")
+    moe.add_argument("--aux-loss-coef", type=float, default=0.01, metavar="A", help="balancing loss α (default 0.01)")
+    moe.add_argument("--z-loss-coef", type=float, default=0.0, metavar="B", help="router z-loss β (default 0)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     comm = p.add_argument_group("communication (parallel.comm.link, parallel.data_parallel.comm_hooks, parallel.data_parallel.local_sgd)")
     comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
@@ -146,6 +156,8 @@ def fill_defaults(args):
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     args.dtype = args.dtype or "float32"
+    if args.experts > 0 and args.top_k is None:
+        args.top_k = min(2, args.experts)
     if args.precision not in ("fp16", "bf16"):
         args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)

@@ -11,12 +11,15 @@ from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
-                            "n_head", "d_model", "block_size", "threads", "check", "local_steps"), AT_LEAST_1),
+                            "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
+                            "moe_every"), AT_LEAST_1),
+          "experts": AT_LEAST_0, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
+          "z_loss_coef": NON_NEGATIVE,
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
           "outer_momentum": ("a finite number in [0, 1)", lambda v: 0 <= v < 1),
           **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every", "async_staleness"),
                         AT_LEAST_0)}
-FLOAT_FLAGS = ("lr", "weight_decay", "outer_lr", "outer_momentum")  # every float the optimizers multiply by
+FLOAT_FLAGS = ("lr", "weight_decay", "outer_lr", "outer_momentum", "aux_loss_coef", "z_loss_coef")  # every float the optimizers multiply by
 
 
 def check_float_range(args):
@@ -79,6 +82,7 @@ def check_args(args, world_size):
     if args.model == "bert" and args.data:
         raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
     check_communication_args(args)
+    check_expert_args(args)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:
@@ -135,3 +139,34 @@ def check_parameter_server_args(args, compress):
     if others:
         raise ValueError(f"{flag} trains the dense model on --dp workers around one server; it does not combine "
                          f"with {', '.join(others)}")
+
+
+def check_expert_args(args):
+    """--experts and its flags: E, k, ep and dp agree; the layouts not composed with experts yet refused."""
+    if not args.experts:
+        given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name, unset in
+                 (("ep", 1), ("top_k", None), ("capacity_factor", None)) if getattr(args, name) != unset]
+        if given:
+            raise ValueError(f"{', '.join(given)} needs --experts E (a mixture of experts)")
+        return
+    flag = f"--experts {args.experts}"
+    if args.top_k > args.experts:
+        raise ValueError(f"--top-k {args.top_k} exceeds {flag}: a token cannot choose more experts than there are")
+    if args.experts % args.ep:
+        raise ValueError(f"{flag} is not divisible by --ep {args.ep}: every ep rank holds E/ep experts")
+    if args.dp % args.ep:
+        raise ValueError(f"--ep {args.ep} does not divide --dp {args.dp}: expert parallelism splits the dp ranks")
+    others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
+              f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
+              f"--zero {args.zero}" if args.zero else None, "--sequence-parallel" if args.sequence_parallel else None,
+              "--checkpoint-activations" if args.checkpoint_activations else None,
+              f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None,
+              f"--compress {args.compress}" if args.compress != "none" else None,
+              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
+              f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None,
+              f"--link {args.link}" if args.link else None, "--save" if args.save else None,
+              "--resume" if args.resume else None, "--trace" if args.trace else None]
+    others = [o for o in others if o]
+    if others:
+        raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
+                         f"only")

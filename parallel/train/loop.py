@@ -15,7 +15,7 @@ from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm.link import parse_link, with_link
 from ..data_parallel.comm_hooks import make_hook
-from ..hybrid import HybridGPT
+from ..hybrid import ExpertParallelGPT, HybridGPT
 from ..mesh import Mesh
 from . import report
 from .check import TOLERANCES, SingleDeviceCheck
@@ -35,13 +35,22 @@ def model_config(args, task):
     """The config of the model the flags describe (the start-up checks compare a --resume checkpoint's with it)."""
     sizes = dict(vocab_size=task.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                  n_head=args.n_head, d_model=args.d_model)
-    return BertConfig(**sizes, sep_id=SEP) if args.model == "bert" else GPTConfig(**sizes)
+    if args.model == "bert":
+        return BertConfig(**sizes, sep_id=SEP)
+    experts = dict(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every,
+                   capacity_factor=args.capacity_factor, aux_loss_coef=args.aux_loss_coef,
+                   z_loss_coef=args.z_loss_coef) if args.experts else {}
+    return GPTConfig(**sizes, **experts)
 
 
 def build(args, task, group):
     config = model_config(args, task)
     mt.manual_seed(args.seed)
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
+    if args.experts:
+        model = ExpertParallelGPT(gpt, Mesh(args.dp, world=group, ep=args.ep), microbatches=args.microbatches)
+        model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
+        return model
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,

@@ -6,12 +6,13 @@ import numpy as np
 
 from ..launch import launch_report
 from ..pipeline.timeline import Timeline, all_gather_events
-from ..plan.model import dense_param_count
+from ..plan.moe import moe_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
-GROUPS = ("dp", "tp", "pp", "cp", "dp_cp", "embedding")  # cp, dp_cp: context parallelism; embedding: a BERT's tied copies
-COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
+GROUPS = ("dp", "tp", "pp", "cp", "dp_cp", "embedding", "ep", "edp")  # cp, dp_cp: context parallelism; embedding: a
+# BERT's tied copies; ep, edp: the experts' all-to-alls and their gradients' replicas
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "all_to_all")
 COUNTS = ("calls", "elements", "bytes")
 LINK_SECONDS = ("modelled_s", "measured_s", "exposed_s")  # a LinkGroup's figures (parallel.comm.link)
 
@@ -39,7 +40,9 @@ def startup_summary(args, model, group):
                                       ("activation checkpointing", args.checkpoint_activations),
                                       (f"ZeRO-{args.zero}", args.zero), (f"link {args.link}", args.link),
                                       (f"compression {args.compress}", args.compress != "none"),
-                                      (f"local SGD every {args.local_steps} steps", args.local_steps)) if on]
+                                      (f"local SGD every {args.local_steps} steps", args.local_steps),
+                                      (f"{args.experts} experts (top-{args.top_k}) over ep={args.ep}",
+                                       getattr(args, "experts", 0))) if on]
     task = (f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
             + (", masked digits (MLM)" if args.model == "bert" else ""))
     lines = [
@@ -56,7 +59,7 @@ def startup_summary(args, model, group):
         + f", {args.steps} steps, peak lr {args.lr:g}, seed {args.seed}",
         mesh.describe().rsplit("\n", 1)[0],  # the grid, without rank 0's "this is rank 0" line
         "parameters per rank: " + ", ".join(f"{r}: {int(n):,}" for r, n in enumerate(counts))
-        + f"  (single device: {dense_param_count(config):,})",
+        + f"  (single device: {moe_param_count(config):,})",
     ]
     return "\n".join(lines)
 

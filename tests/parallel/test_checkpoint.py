@@ -4,6 +4,7 @@ Same layout: the resumed run's losses are BITWISE those of the uninterrupted run
 the same arithmetic in the same order, RNG streams restored, dropout on). Other layouts:
 equal to the uninterrupted run to 1e-9 relative (reductions run in another order).
 """
+import dataclasses
 import hashlib
 import json
 import os
@@ -334,3 +335,18 @@ def test_save_under_mpiexec_4_resume_under_mpiexec_2_in_another_layout(tmp_path)
     saved = run_mpi(4, [WORKER, tmp_path, "2,2,1", "--zero", "--steps", 2, "--save-at", 2], timeout=60)
     resumed = run_mpi(2, [WORKER, tmp_path, "1,1,2", "--steps", STEPS, "--resume"], timeout=60)
     assert_close(losses_of(saved.stdout) + losses_of(resumed.stdout), train_dense(STEPS))
+
+
+def test_a_config_field_added_since_the_checkpoint_was_saved_counts_as_its_default():
+    """A dense GPT's checkpoint saved before GPTConfig gained the MoE fields loads into a dense
+    GPT of now; one that differs in a field it does name is still refused."""
+    from minitensor.models.gpt import GPTConfig
+    from parallel.checkpoint.files import CheckpointError
+    from parallel.checkpoint.manifest import check_config
+    config = GPTConfig(vocab_size=14, block_size=8, n_layer=2, n_head=2, d_model=16)
+    before = {k: v for k, v in dataclasses.asdict(config).items()
+              if k not in ("n_experts", "top_k", "moe_every", "capacity_factor", "aux_loss_coef", "z_loss_coef",
+                           "renormalize")}
+    check_config({"config": before}, config, "old")
+    with pytest.raises(CheckpointError, match="n_experts: checkpoint 0, model 4"):
+        check_config({"config": before}, dataclasses.replace(config, n_experts=4), "old")

@@ -1,0 +1,175 @@
+"""Mixture of experts: a router sends each token to k of E expert MLPs, in place of a
+block's MLP (Switch Transformer, GShard, Mixtral).
+
+    x (B, T, C) as N = B·T tokens
+      ─▶ router    logits = x·Wᵣᵀ (N, E), p = softmax(logits)
+      ─▶ top-k     the k experts of largest p per token; gate g = p of each, divided by
+                   their sum when `renormalize` (Mixtral) or as they are (Switch)
+      ─▶ capacity  per token group (one sequence of T tokens), at most ⌈C·T·k/E⌉ assignments
+                   per expert: first choices before second ones, earlier tokens first; the rest
+                   are dropped (that slot adds 0: the token goes on through the residual).
+                   capacity_factor None: dropless, no limit
+      ─▶ dispatch  the kept (token, expert) assignments sorted by expert: x_perm = x[token[order]]
+      ─▶ experts   expert e runs on its counts[e] contiguous rows of x_perm
+      ─▶ combine   y[t] = Σ over t's kept assignments a of g_a · expert_{e_a}(x_t)
+
+Two losses join the model's loss (`aux_loss`), each a mean over the token groups:
+
+    balancing (Switch)      α · E · Σᵢ fᵢ · Pᵢ    fᵢ: share of the group's T·k assignments that
+                                                  chose expert i (before capacity), Pᵢ: mean p_i
+    router z-loss (ST-MoE)  β · mean over tokens of (log Σⱼ exp logitsⱼ)²
+
+Σᵢ fᵢ·Pᵢ is smallest (1/E) when both are uniform; the gradient flows through Pᵢ only and
+pushes probability away from the experts that receive most tokens. Without it a router
+collapses: the experts that win early are trained most, so they win more.
+
+Why a group is one sequence: every layout splits the batch by whole sequences (data
+parallelism by rows, micro-batches by rows), so the groups, their capacities and their
+statistics are the same on one device and in every layout, with no communication.
+"""
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from minitensor.nn import functional as F
+from minitensor.nn.layers import Dropout, Linear
+from minitensor.nn.module import Module, ModuleList
+from minitensor.nn.moe_ops import gather_rows, scatter_add_rows
+from minitensor.shape_ops import concat
+from minitensor.tensor import DEFAULT_FLOAT
+
+# token, weight: per assignment (N·k); order: the kept assignments sorted by expert; counts: rows per expert
+Routing = namedtuple("Routing", ["token", "weight", "order", "counts", "kept"])
+
+
+def top_k(probs, k):
+    """(N, k) experts of the k largest probabilities of each row of `probs` (numpy, (N, E)),
+    largest first; of equal ones the lower index."""
+    # exercise 19.1: the router's top-k and balancing loss
+    # hint: np.argsort of -probs along the last axis, stable, then the first k columns.
+    return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    # end exercise
+
+
+def balancing_loss(probs, experts, groups, coef):
+    """α·E·(mean over groups of Σᵢ fᵢ·Pᵢ): probs the router's (N, E) Tensor, experts the
+    (N, k) top-k choices, the N tokens in `groups` equal groups."""
+    n, k = experts.shape
+    n_experts, per_group = probs.shape[-1], n // groups
+    # exercise 19.1: the router's top-k and balancing loss
+    # hint: f (groups, E): each assignment adds 1/(per_group·k) at (its token's group, its expert) (np.add.at);
+    # hint: P (groups, E): probs averaged over each group's tokens; then α·E·Σ f·P / groups.
+    f = np.zeros((groups, n_experts), probs.dtype)
+    np.add.at(f, (np.arange(n)[:, None] // per_group, experts), 1 / (per_group * k))
+    mean_probs = probs.reshape(groups, per_group, n_experts).mean(axis=1)
+    return (mean_probs * f).sum() * (coef * n_experts / groups)
+    # end exercise
+
+
+def z_loss(logits, coef):
+    """β · mean over tokens of logsumexp(logits)²: keeps the router's logits small."""
+    lse = (logits - F.log_softmax(logits, axis=-1)).mean(axis=-1)  # every column is the same logsumexp
+    return (lse * lse).mean() * coef
+
+
+def capacity(tokens, k, n_experts, factor):
+    """Assignments one expert takes from a group of `tokens` tokens: ⌈C·tokens·k/E⌉."""
+    return math.ceil(factor * tokens * k / n_experts)
+
+
+def within_capacity(experts, group_size, cap):
+    """Bool (N·k,): which assignments (token-major, as experts.reshape(-1)) fit. Within a group
+    and an expert, first choices come before second ones, and earlier tokens first."""
+    n, k = experts.shape
+    expert, token, choice = experts.reshape(-1), np.repeat(np.arange(n), k), np.tile(np.arange(k), n)
+    order = np.lexsort((token, choice, expert, token // group_size))  # the last key is the primary one
+    key = (token // group_size * (expert.max() + 1) + expert)[order]  # sorted: (group, expert) runs
+    place = np.arange(order.size) - np.searchsorted(key, key)  # place in its (group, expert) run
+    kept = np.empty(order.size, bool)
+    kept[order] = place < cap
+    return kept
+
+
+def dispatch_order(expert, kept, n_experts):
+    """(order, counts): the kept assignments sorted by expert (in token order within one),
+    and how many each expert gets. x[token[order]] puts each expert's tokens side by side."""
+    # exercise 19.2: the dispatch permutation and its inverse
+    # hint: the indices of the kept assignments (np.flatnonzero), stably sorted by their expert;
+    # hint: counts: np.bincount of their experts with minlength=n_experts.
+    chosen = np.flatnonzero(kept)
+    order = chosen[np.argsort(expert[chosen], kind="stable")]
+    return order, np.bincount(expert[order], minlength=n_experts)
+    # end exercise
+
+
+def combine(y_perm, routing, n_tokens):
+    """The inverse of dispatch: row j of y_perm (assignment routing.order[j]), times its gate
+    weight, added into its token's row; an (n_tokens, C) Tensor (dropped slots add nothing)."""
+    # exercise 19.2: the dispatch permutation and its inverse
+    # hint: gather the weights of the ordered assignments (gather_rows), scale y_perm's rows by them,
+    # hint: and scatter_add_rows them into their tokens (routing.token[routing.order]).
+    weight = gather_rows(routing.weight, routing.order).reshape(-1, 1)
+    return scatter_add_rows(y_perm * weight, routing.token[routing.order], n_tokens)
+    # end exercise
+
+
+class Expert(Module):
+    """One expert: the GPT's MLP, fc → GELU → proj."""
+
+    def __init__(self, d_model, d_ff, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        self.fc = Linear(d_model, d_ff, dtype=dtype)
+        self.proj = Linear(d_ff, d_model, dtype=dtype)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class MoE(Module):
+    """E experts and a router (see the module docstring). After each forward: `aux_loss` (the
+    balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on) and `dropped`
+    (assignments over capacity)."""
+
+    def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
+                 aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT):
+        super().__init__()
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"MoE: top_k={top_k} must be in [1, n_experts={n_experts}]")
+        self.n_experts, self.top_k, self.renormalize = n_experts, top_k, renormalize
+        self.capacity_factor, self.aux_loss_coef, self.z_loss_coef = capacity_factor, aux_loss_coef, z_loss_coef
+        self.router = Linear(d_model, n_experts, bias=False, dtype=dtype)
+        self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
+        self.drop = Dropout(dropout)
+        self.aux_loss = self.load = self.dropped = None
+
+    def forward(self, x):
+        b, t, c = x.shape
+        flat = x.reshape(b * t, c)
+        routing = self.route(flat, groups=b)
+        y_perm = self.run_experts(gather_rows(flat, routing.token[routing.order]), routing.counts)
+        return self.drop(combine(y_perm, routing, b * t).reshape(b, t, c))
+
+    def route(self, flat, groups):
+        """The Routing of the (N, C) tokens `flat`, in `groups` equal token groups; sets aux_loss."""
+        n, k = flat.shape[0], self.top_k
+        logits = self.router(flat)
+        probs = F.softmax(logits, axis=-1)
+        experts = top_k(probs.data, k)
+        weight = gather_rows(probs.reshape(-1), (np.arange(n)[:, None] * self.n_experts + experts).reshape(-1))
+        if self.renormalize:
+            weight = weight.reshape(n, k)
+            weight = (weight / weight.sum(axis=-1, keepdims=True)).reshape(-1)
+        kept = np.ones(n * k, bool)
+        if self.capacity_factor is not None:
+            kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
+        order, counts = dispatch_order(experts.reshape(-1), kept, self.n_experts)
+        self.aux_loss = balancing_loss(probs, experts, groups, self.aux_loss_coef) + z_loss(logits, self.z_loss_coef)
+        self.load, self.dropped = counts, int(n * k - kept.sum())
+        return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
+
+    def run_experts(self, x_perm, counts):
+        """Expert e on its counts[e] rows of x_perm (sorted by expert), outputs in the same order.
+        Expert parallelism replaces this with dispatch and combine all-to-alls."""
+        ends = np.cumsum(counts)
+        return concat([expert(x_perm[end - n:end]) for expert, n, end in zip(self.experts, counts, ends)])

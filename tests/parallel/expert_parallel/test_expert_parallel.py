@@ -1,0 +1,85 @@
+"""Expert parallelism equals one device: hypothesis over (dp, ep, E, k, renormalise, capacity,
+micro-batches) on the threads backend, and a fixed pair under real mpiexec."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi_launch import requires_mpiexec, run_mpi
+from mpi_scripts.moe_common import batches, expert_parallel, moe_config, single_device, worst_difference
+
+from minitensor.models.gpt import GPT
+from parallel.comm import run_threads
+from parallel.expert_parallel import expert_major_order
+from parallel.hybrid import ExpertParallelGPT
+from parallel.mesh import Mesh
+
+SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
+
+
+@st.composite
+def moe_layouts(draw):
+    ep = draw(st.sampled_from([1, 2, 4]))
+    dp = ep * draw(st.sampled_from([1, 2] if ep < 4 else [1]))
+    n_experts = ep * draw(st.integers(1, 2))
+    return dict(dp=dp, ep=ep, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
+                renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from([None, 0.5, 1.0, 1.5])),
+                microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])))
+
+
+@given(moe_layouts())
+def test_every_layout_equals_one_device_over_several_adamw_steps(layout):
+    dp, ep, m = layout.pop("dp"), layout.pop("ep"), layout.pop("microbatches")
+    config, data = moe_config(**layout), batches(3, batch=2 * dp)
+    reference = single_device(config, data)
+    results = run_threads(dp, lambda: expert_parallel(config, data, None, dp, ep, m))
+    for result in results:
+        assert worst_difference(reference, result) < 1e-9
+
+
+def test_each_rank_holds_its_experts_under_their_single_device_names():
+    config = moe_config(n_experts=4, top_k=2)
+
+    def names():
+        model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
+        return [name for name, _ in model.named_parameters() if ".experts." in name and name.endswith("fc.weight")]
+    ranks = run_threads(4, names)
+    assert ranks[0] == ranks[2] == [f"blocks.{b}.mlp.experts.{e}.fc.weight" for b in (0, 1) for e in (0, 1)]
+    assert ranks[1] == ranks[3] == [f"blocks.{b}.mlp.experts.{e}.fc.weight" for b in (0, 1) for e in (2, 3)]
+
+
+def test_the_expert_gradients_are_reduced_over_the_expert_replicas_only():
+    config, data = moe_config(n_experts=2, top_k=1), batches(1, batch=8)
+
+    def stats():
+        model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
+        model.train_step(*data[0])
+        model.reset_communication_stats()
+        model.finish_grad_sync()
+        return model.communication_stats(), model.reducers[1].group.size
+    (counted, edp), *_ = run_threads(4, stats)
+    assert edp == 2 and set(counted) == {("dp", "all_reduce"), ("edp", "all_reduce")}
+
+
+def test_rows_arriving_by_source_are_regrouped_by_expert():
+    received = np.array([[1, 2], [0, 3]])  # from source 0: 1 row for expert 0, 2 for expert 1; source 1: 0, 3
+    assert expert_major_order(received).tolist() == [0, 1, 2, 3, 4, 5]
+    assert expert_major_order(np.array([[2, 1], [1, 1]])).tolist() == [0, 1, 3, 2, 4]
+
+
+def test_bad_expert_layouts_are_refused():
+    with pytest.raises(ValueError, match="ep=3 must divide dp=4"):
+        run_threads(4, lambda: Mesh(4, ep=3))
+    with pytest.raises(ValueError, match="n_experts=3 is not divisible by ep=2"):
+        run_threads(2, lambda: ExpertParallelGPT(GPT(moe_config(3, 1), dtype=np.float64), Mesh(2, ep=2)))
+    with pytest.raises(ValueError, match="runs over dp × ep; got tp=2"):
+        run_threads(2, lambda: ExpertParallelGPT(GPT(moe_config(2, 1), dtype=np.float64), Mesh(tp=2)))
+
+
+@requires_mpiexec
+@pytest.mark.parametrize("n, ep", [(2, 2), (4, 2)])
+def test_expert_parallel_equals_one_device_on_real_ranks(n, ep):
+    result = run_mpi(n, [SCRIPTS / "moe_equivalence.py", str(ep)], timeout=240)
+    assert sorted(re.findall(r"rank \d+ ok", result.stdout)) == [f"rank {r} ok" for r in range(n)]

@@ -1,0 +1,35 @@
+"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep equals one device
+under --check, and every bad or not-yet-composed combination is exit status 2 with one line."""
+import pytest
+
+from parallel.train import main
+
+TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "--digits", "2"]
+ERROR = "python -m parallel.train: error: "
+
+
+@pytest.mark.parametrize("layout", [["--threads", "2", "--dp", "2", "--ep", "2", "--capacity-factor", "1.0"],
+                                    ["--threads", "4", "--dp", "4", "--ep", "2", "--top-k", "1", "--moe-every", "2",
+                                     "--microbatches", "2", "--z-loss-coef", "0.01"]])
+def test_check_equals_one_device(layout, capsys):
+    result = main(TINY + ["--experts", "4", "--steps", "3", "--check", "3"] + layout)
+    out = capsys.readouterr().out
+    assert result["check"] < 1e-9 and out.count("check step") == 3
+    assert "ep all_to_all" in out and "4 experts (top-" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--experts", "6", "--ep", "4", "--dp", "4", "--threads", "4"], "--experts 6 is not divisible by --ep 4"),
+    (["--experts", "2", "--top-k", "3"], "--top-k 3 exceeds --experts 2"),
+    (["--experts", "2", "--capacity-factor", "0"], "--capacity-factor"),
+    (["--experts", "4", "--ep", "4", "--dp", "2", "--threads", "2"], "--ep 4 does not divide --dp 2"),
+    (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),
+    (["--experts", "2", "--tp", "2", "--threads", "2"], "--experts 2 does not combine with --tp 2 yet"),
+    (["--experts", "2", "--zero", "1", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 1"),
+    (["--experts", "2", "--precision", "bf16"], "--experts 2 does not combine with --precision bf16"),
+])
+def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + ["--steps", "1"] + flags)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(ERROR) and message in err
