@@ -79,8 +79,9 @@ def block_attention(q, k, v, scale, diagonal):
 def merge_partial(out, lse, block_out, block_lse):
     """Fold one block's (output, log-sum-exp) into the running (out, lse), in place."""
     # exercise 15.1: the log-sum-exp merge
-    # hint: L = logaddexp(lse, block_lse); out = e^(lse − L)·out + e^(block_lse − L)·block_out (the
-    # hint: weights broadcast over the last axis); then lse = L. Write into out and lse in place.
+    # hint: each output is normalised over its own keys; its log-sum-exp says how much those keys weigh in
+    # hint: the union (the README's merge). Get the union's log-sum-exp without exponentiating a large number,
+    # hint: reweight both outputs by their shares, and update out and lse in place: the caller keeps them.
     merged = np.logaddexp(lse, block_lse)
     out *= np.exp(lse - merged)[..., None]
     out += np.exp(block_lse - merged)[..., None] * block_out

@@ -42,6 +42,13 @@ def zb_h1(p, m):
 
 
 def _h1_order(p, m, rank):
+    """Rank `rank`'s compute order under ZB-H1: Action("forward" | "backward_input" |
+    "backward_weight", micro-batch), in the order the rank runs them."""
+    # exercise 11.1: ZB-H1's compute order
+    # hint: start from 1F1B's order (chapter 8: the warm-up, then one forward and one backward per micro-batch),
+    # hint: with each backward split into its B and its W. Delay a rank's W's just enough that the ones still
+    # hint: owed fill the cool-down, where 1F1B waits — but never so much that more micro-batches are held than
+    # hint: 1F1B holds (a micro-batch is held from its F until its W). Every W comes after its own B.
     warmup, lag = min(p - 1 - rank, m), rank
     order = [Action("forward", mb) for mb in range(warmup)]
     for mb in range(m):
@@ -51,6 +58,7 @@ def _h1_order(p, m, rank):
         if mb >= lag:
             order.append(Action("backward_weight", mb - lag))
     return order + [Action("backward_weight", mb) for mb in range(max(m - lag, 0), m)]
+    # end exercise
 
 
 def zb_h2(p, m):

@@ -89,6 +89,24 @@ def test_matmul_with_a_weight_operand_splits_bitwise(shapes, seed):
         assert np.array_equal(full, split)
 
 
+@pytest.mark.parametrize("a_shape, b_shape", [((5, 3), (3, 4)), ((2, 5, 3), (2, 3, 4)), ((2, 5, 3), (3, 4))])
+@pytest.mark.parametrize("wanted", [(True, False), (False, True)])
+def test_matmul_backward_parts_computes_only_the_wanted_gradients(a_shape, b_shape, wanted):
+    """A split backward asks MatMul for dA alone (B) or dB alone (W): the other must be None,
+    never computed and handed back (B would then add a weight's gradient W adds again)."""
+    rng = np.random.default_rng(5)
+    a, b = mt.Tensor(rng.standard_normal(a_shape), requires_grad=True), Parameter(rng.standard_normal(b_shape))
+    y = a @ b
+    dy = rng.standard_normal(y.shape)
+    parts = y._node.backward_parts(dy, wanted)  # before backward(), which releases the node
+    y.backward(dy)
+    for part, want, full, name in zip(parts, wanted, (a.grad, b.grad), ("dA", "dB")):
+        if want:
+            np.testing.assert_allclose(part, full, rtol=1e-12, err_msg=f"{name} with wanted={wanted}")
+        else:
+            assert part is None, f"wanted={wanted} does not ask for {name}, so backward_parts must return None for it"
+
+
 def test_a_weight_used_twice_sums_both_uses_in_w():
     rng = np.random.default_rng(2)
     x = mt.Tensor(rng.standard_normal((2, 3)), requires_grad=True)

@@ -34,6 +34,8 @@ def test_overlap_starts_buckets_during_backward_and_changes_no_gradient():
     assert buckets > 2 and (int(on[0]), int(on[1])) == (buckets - 1, buckets) and int(off[0]) == 0
     assert on[2] == off[2] and float(on[2]) > 0  # the same modelled communication either way
     assert "gradients bit for bit equal with and without overlap: True" in out
+    hidden = number_after("hidden by overlap (virtual exposed off − on):", out)  # the virtual clock: load-proof
+    assert 0 <= hidden <= float(on[2])
 
 
 def test_without_error_feedback_topk_trains_worse():

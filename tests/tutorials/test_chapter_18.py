@@ -38,3 +38,6 @@ def test_stage_boundaries_by_time_are_the_best_cut():
     assert sum(map(int, by_time.split(","))) == 8
     assert slowest[0] == slowest[2] and slowest[0] <= slowest[1]   # DP = brute force ≤ by parameters
     assert best and number_after("speed-up", out) > 0
+    low, high, weight = re.search(r"the same cut for a head of ([\d.]+) to ([\d.]+|inf) blocks; yours weighs ([\d.]+)",
+                                  out).groups()
+    assert float(low) <= float(weight) <= float(high)  # the measured head lies inside the range printed for its cut

@@ -26,6 +26,15 @@ def test_every_exercise_has_tests_and_its_chapter_readme_points_at_it():
         assert "## Write it yourself" in text and f"{id}" in text, f"{readme} does not point at exercise {id}"
 
 
+def test_every_chapter_has_its_sections_and_a_predict_then_run_question_with_its_answer():
+    """The course README promises these in every chapter (tutorials/README.md)."""
+    for readme in sorted(REPO.glob("tutorials/[0-9][0-9]_*/README.md")):
+        text = readme.read_text()
+        for needed in ("**Before you start:**", "**Time:**", "## What you will see", "## Predict, then run",
+                       "<summary>Answer</summary>", "## Write it yourself"):
+            assert needed in text, f"{readme.relative_to(REPO)} has no {needed!r}"
+
+
 def test_the_stubbed_library_is_valid_python():
     for path in {fence.path for fences in EXERCISES.values() for fence in fences}:
         text = (REPO / path).read_text()

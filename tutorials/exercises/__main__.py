@@ -104,15 +104,34 @@ def check(args):
     for id, fences in found.items():
         result = run_tests(root, TESTS[id])
         stubbed = not args.reference and any(is_stub(f, root) for f in fences)
-        verdict = "pass" if result.returncode == 0 else "still a stub" if stubbed else "FAIL"
+        judged = result.returncode == 0 or stubbed or args.reference
+        blockers = [] if judged else blocking_stubs(result.stdout, root, id)
+        verdict = ("pass" if result.returncode == 0 else "still a stub" if stubbed else
+                   "blocked by " + ", ".join(f"exercise {b}'s stub" for b in blockers) if blockers else "FAIL")
         failed += result.returncode != 0
         print(f"{id}  {fences[0].title:48s} {verdict}")
-        if result.returncode != 0 and not stubbed:
+        if blockers:
+            print(f"      its tests ran into the stub of {', '.join(blockers)} (NotImplementedError), so your {id} "
+                  f"is not judged yet: write {'that' if len(blockers) == 1 else 'those'} first, then check again")
+        elif result.returncode != 0 and not stubbed:
             print("\n".join("      " + line for line in result.stdout.splitlines()[-12:]))
             print(f"      failing: {' '.join(failed_node_ids(result.stdout)) or 'see above'}")
     what = f"exercise {args.chapter}" if number else f"exercises of chapter {chapter}"
     print(f"\n{len(found) - failed} of {len(found)} {what} pass ({root})")
     sys.exit(1 if failed else 0)
+
+
+def blocking_stubs(output, workspace, own):
+    """The other exercises whose stubs are still in `workspace` and whose NotImplementedError
+    ("exercise NN.k: title") the test `output` shows: those tests never reached `own`'s code's verdict."""
+    def still_a_stub(fences):
+        try:
+            return any(is_stub(f, workspace) for f in fences)
+        except (FileNotFoundError, ValueError):  # markers the learner removed: `start`/`reset` name them
+            return False
+
+    return [id for id, fences in exercises(REPO).items()
+            if id != own and f"exercise {id}: {fences[0].title}" in output and still_a_stub(fences)]
 
 
 def diff(args):
