@@ -23,12 +23,12 @@ from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 settings.register_profile(
     "default",
-    max_examples=20,
+    max_examples=10,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("deep", settings.get_profile("default"), max_examples=200)
+settings.register_profile("deep", settings.get_profile("default"), max_examples=100)
 settings.register_profile("exercises", settings.get_profile("default"),
                           phases=[p for p in Phase if p is not Phase.explain])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

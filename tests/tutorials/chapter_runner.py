@@ -27,6 +27,13 @@ from mpi_launch import MPIEXEC, REPO, run_command, run_mpi
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # 1,234.5 too
 
 
+def mpi(ranks):
+    """The parameter "under real mpiexec with `ranks` ranks" of a test that also runs the
+    script as threads: a `deep` test (.ci/run's `pytest -m deep`), as the everyday suite
+    runs the same script as threads and real MPI in tests/parallel."""
+    return pytest.param({"mpi_ranks": ranks}, marks=pytest.mark.deep)
+
+
 def run_script(path, *args, timeout=120, mpi_ranks=None, threads=None):
     script = Path(path) if Path(path).is_absolute() else REPO / path
     arguments = [str(a) for a in args] + (["--threads", str(threads)] if threads is not None else [])

@@ -5,7 +5,7 @@ one device within 1e-9, and the main job's --check lines."""
 import re
 
 import pytest
-from chapter_runner import number_after, numbers_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
 CH9 = "tutorials/09_3d/"
 TOLERANCE = 1e-9
@@ -101,7 +101,7 @@ def test_layouts_with_sequence_parallel_and_zero_under_mpiexec():
     assert all(0 <= d <= TOLERANCE for row in rows for d in row[1:])
 
 
-@pytest.mark.parametrize("how", [{"threads": 8}, {"mpi_ranks": 8}], ids=["threads8", "mpi8"])
+@pytest.mark.parametrize("how", [{"threads": 8}, mpi(8)], ids=["threads8", "mpi8"])
 def test_main_job_check_lines(how):
     out = run_script(CH9 + "main_job_check.py", "--dp", 1, "--tp", 2, "--pp", 4, **how)
     assert out.startswith("python -m parallel.train --dp 1 --tp 2 --pp 4 ")

@@ -3,7 +3,7 @@ and print the evidence the README talks about; the numbers are parsed and checke
 import re
 
 import pytest
-from chapter_runner import number_after, numbers_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
 CH11 = "tutorials/11_zero_bubble/"
 EXACT = 1e-12   # float64 differences to one device are round-off (the contract is 1e-9 relative)
@@ -25,7 +25,7 @@ def test_split_by_hand_b_then_w_is_bitwise_one_backward():
     assert number_after("B then W vs backward on the GPT, largest difference:", out) == 0
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
 def test_three_timelines_simulated_bubbles_peaks_and_equal_gradients(how):
     out = run_script(CH11 + "three_timelines.py", **how)
     p = how.get("threads", how.get("mpi_ranks"))

@@ -4,13 +4,13 @@ parsed and checked. Nothing here depends on timing beyond "at least the modelled
 import re
 
 import pytest
-from chapter_runner import number_after, run_script
+from chapter_runner import mpi, number_after, run_script
 
 CH12 = "tutorials/12_communication/"
 TIMEOUT = 600  # a few seconds to a minute on a quiet machine; these train small models
 
 
-@pytest.mark.parametrize("how", [{"threads": 2}, {"mpi_ranks": 2}], ids=["threads2", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 2}, mpi(2)], ids=["threads2", "mpi2"])
 def test_slow_link_models_each_link_and_changes_no_bit(how):
     out = run_script(CH12 + "slow_link.py", timeout=TIMEOUT, **how)
     assert number_after("default model:", out) == 400896
@@ -59,7 +59,7 @@ def test_local_sgd_pins_the_sign_and_cuts_bytes_by_h():
     assert strides["0.7, momentum 0.9"] > 2 * strides["0.1, momentum 0.9"]  # the momentum multiplies the stride
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 4}], ids=["threads4", "mpi4"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(4)], ids=["threads4", "mpi4"])
 def test_staleness_trades_waiting_for_stale_gradients_and_replays(how):
     out = run_script(CH12 + "staleness.py", "--steps", "30", timeout=TIMEOUT, **how)
     rows = re.findall(r"s = (\d): virtual time +([0-9.]+), mean staleness ([0-9.]+) rounds, final loss ([0-9.]+), "

@@ -3,12 +3,12 @@ the evidence the README talks about; the numbers are parsed and checked."""
 import re
 
 import pytest
-from chapter_runner import number_after, numbers_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
 CH13 = "tutorials/13_zero_sharding/"
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
 def test_who_holds_what_measures_the_formula_on_every_rank_and_equals_one_device(how):
     out = run_script(CH13 + "who_holds_what.py", **how)
     n = how.get("threads", how.get("mpi_ranks"))

@@ -3,7 +3,7 @@ the evidence the README talks about; the numbers are parsed and checked."""
 import re
 
 import pytest
-from chapter_runner import number_after, run_script
+from chapter_runner import mpi, number_after, run_script
 
 CH14 = "tutorials/14_mixed_precision/"
 
@@ -21,7 +21,7 @@ def test_underflow_without_scaling_exact_power_of_two_scaling_and_master_weights
     assert re.search(r"float16 weight 1\.0000, float32 master 0\.9000 \(exact 0\.9000\)", out)
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 4}], ids=["threads4", "mpi4"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(4)], ids=["threads4", "mpi4"])
 def test_the_scaler_backs_off_grows_and_skips_the_injected_overflow_on_every_rank(how):
     out = run_script(CH14 + "scaler_trajectory.py", **how)
     steps = re.findall(r"^step +(\d+): loss scale 2\^(\d+) +(stepped|skipped)", out, re.MULTILINE)

@@ -3,7 +3,7 @@ the evidence the README talks about; the numbers are parsed and checked."""
 import re
 
 import pytest
-from chapter_runner import number_after, numbers_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
 CH15 = "tutorials/15_context_parallel/"
 EXACT = 1e-12   # float64 differences to full attention or one device are round-off
@@ -27,7 +27,7 @@ def test_work_table_contiguous_idles_ranks_zigzag_balances_and_the_counts_equal_
     assert out.count("counted equals formula: True") == 2
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
 def test_the_ring_steps_its_exactness_and_its_traffic(how):
     out = run_script(CH15 + "ring.py", **how)
     cp = how.get("threads", how.get("mpi_ranks"))

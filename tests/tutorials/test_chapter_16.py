@@ -10,7 +10,7 @@ from chapter_runner import number_after, run_script
 CH16 = "tutorials/16_smaller_models/"
 
 
-@pytest.mark.parametrize("how, ranks", [({"threads": 8}, 8), ({"mpi_ranks": 4}, 4)], ids=["threads8", "mpi4"])
+@pytest.mark.parametrize("how, ranks", [({"threads": 8}, 8), pytest.param({"mpi_ranks": 4}, 4, marks=pytest.mark.deep)], ids=["threads8", "mpi4"])
 def test_bert_masking_shares_and_the_3d_step_equal_to_one_device(how, ranks):
     args = [] if ranks == 8 else ["--dp", "1"]
     out = run_script(CH16 + "bert_masking.py", *args, timeout=300, **how)

@@ -7,7 +7,7 @@ import pytest
 from chapter_runner import number_after, numbers_after, run_script
 
 CH1, CH2, CH3, CH4 = "tutorials/01_autograd", "tutorials/02_gpt", "tutorials/03_collectives", "tutorials/04_data_parallel"
-BOTH_BACKENDS = [pytest.param(dict(threads=2), id="threads"), pytest.param(dict(mpi_ranks=2), id="mpiexec")]
+BOTH_BACKENDS = [pytest.param(dict(threads=2), id="threads"), pytest.param(dict(mpi_ranks=2), id="mpiexec", marks=pytest.mark.deep)]
 
 
 def backend_line(out, n, launch):

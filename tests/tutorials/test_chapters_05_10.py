@@ -3,7 +3,7 @@ chapter) and prints the evidence its README talks about; the numbers are parsed 
 import re
 
 import pytest
-from chapter_runner import number_after, numbers_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
 EXACT = 1e-12   # float64 differences to one device are round-off (the contract is 1e-9 relative)
 
@@ -22,7 +22,7 @@ def collective(out, phase, pairing):
             re.findall(r"(\w+) (\d+) call\(s\) (\d+) elements (\d+) bytes", line)}
 
 
-@pytest.mark.parametrize("how", [{"threads": 2}, {"threads": 4}, {"mpi_ranks": 2}], ids=["threads2", "threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 2}, {"threads": 4}, mpi(2)], ids=["threads2", "threads4", "mpi2"])
 def test_ch5_mlp_equals_dense_with_one_all_reduce_each_way(how):
     out = run_script(CH5, **how)
     tp = int(number_after("tensor parallel size tp =", out))
@@ -43,7 +43,7 @@ def test_ch5_mlp_equals_dense_with_one_all_reduce_each_way(how):
     assert number_after("naive output difference vs one device:", out) <= EXACT
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
 def test_ch6_attention_split_by_heads(how):
     out = run_script(CH6 + "attention_heads.py", **how)
     tp = how.get("threads", how.get("mpi_ranks"))
@@ -67,7 +67,7 @@ def test_ch6_vocab_parallel_pads_and_sends_three_numbers_per_token():
     assert number_after("would move 72 elements =", out) == 12
 
 
-@pytest.mark.parametrize("how", [{"threads": 2}, {"mpi_ranks": 2}], ids=["threads2", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 2}, mpi(2)], ids=["threads2", "mpi2"])
 def test_ch6_sequence_parallel_same_volume_less_memory_equal_gradients(how):
     out = run_script(CH6 + "sequence_parallel.py", **how)
     for label in ("output:", "input gradient:", "parameter gradients:"):
@@ -87,7 +87,7 @@ def pipeline_rows(out):
         r"m=(\d+)\s+loss diff=\s*(\S+)\s+grad diff=\s*(\S+)\s+bubble measured=\s*(\S+)\s+theory=\s*(\S+)", out)]
 
 
-@pytest.mark.parametrize("how", [{"threads": 2}, {"mpi_ranks": 2}], ids=["threads2", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 2}, mpi(2)], ids=["threads2", "mpi2"])
 def test_ch7_gpipe_cut_schedule_bubble_and_trace(how, tmp_path):
     trace = tmp_path / "trace.json"
     out = run_script(CH7, "--trace", trace, **how)
@@ -106,7 +106,7 @@ def test_ch7_gpipe_cut_schedule_bubble_and_trace(how, tmp_path):
     assert "rank 1 | " in out and trace.stat().st_size > 0
 
 
-@pytest.mark.parametrize("how", [{"threads": 4}, {"mpi_ranks": 2}], ids=["threads4", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
 def test_ch8_1f1b_stores_at_most_p_micro_batches(how):
     out = run_script(CH8 + "one_f_one_b.py", **how)
     p = how.get("threads", how.get("mpi_ranks"))
@@ -155,7 +155,7 @@ def test_ch10_planner_tables_and_a_megatron_style_gpt3_layout():
     assert number_after("the same grid without its flags needs", out) > 80   # only fits with ZeRO-1 or SP
 
 
-@pytest.mark.parametrize("how", [{"threads": 2}, {"mpi_ranks": 2}], ids=["threads2", "mpi2"])
+@pytest.mark.parametrize("how", [{"threads": 2}, mpi(2)], ids=["threads2", "mpi2"])
 def test_ch10_planner_parameter_bytes_equal_the_real_model(how):
     out = run_script(CH10 + "check_memory.py", **how)
     diffs = numbers_after("difference", out)
