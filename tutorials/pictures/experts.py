@@ -1,0 +1,53 @@
+"""Chapter 19's pictures, from routing.py's own functions: tokens per expert with and without
+the balancing loss, and one step's dispatch all-to-all as a grid of who sends whom how many rows."""
+import numpy as np
+
+from minitensor.data import AdditionTask
+
+from .draw import Picture, load_script
+
+
+def loads(quick):
+    """Tokens per expert of the first MoE layer over the last 10 steps, α = 0 and α = 0.01."""
+    script, task = load_script("19_mixture_of_experts/routing.py"), AdditionTask(digits=2, seed=0)
+    steps = 20 if quick else 60
+    data = {aux: script.loads(aux, steps, task) for aux in (0.0, 0.01)}
+    text = "\n".join(f"balancing loss α={aux}: tokens per expert {load.tolist()}, max/mean "
+                     f"{load.max() / load.mean():.2f}" for aux, load in data.items())
+    return data, text
+
+
+def draw_loads(plt, data):
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for shift, (aux, load) in zip((-0.2, 0.2), data.items()):
+        ax.bar(np.arange(len(load)) + shift, load, width=0.4,
+               label=f"α = {aux} (max/mean {load.max() / load.mean():.2f})")
+    ax.set(xlabel="expert", ylabel="tokens (last 10 steps)", title="tokens per expert, with and without balancing")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def dispatch(quick):
+    """grid[r, s]: rows rank r sends rank s in the first MoE layer's dispatch (ep = 4)."""
+    script = load_script("19_mixture_of_experts/routing.py")
+    grid = script.dispatch_grid(AdditionTask(digits=2, seed=0))
+    text = "\n".join("  " + " ".join(f"{n:4d}" for n in row) for row in grid)
+    return grid, f"dispatch all-to-all, rows from rank (row) to rank (column):\n{text}"
+
+
+def draw_dispatch(plt, grid):
+    fig, ax = plt.subplots(figsize=(4, 3.5))
+    ax.imshow(grid, cmap="Blues")
+    for (r, s), n in np.ndenumerate(grid):
+        ax.text(s, r, str(n), ha="center", va="center")
+    ax.set(xlabel="to rank", ylabel="from rank", title="dispatch all-to-all: rows sent",
+           xticks=range(len(grid)), yticks=range(len(grid)))
+    fig.tight_layout()
+    return fig
+
+
+PICTURES = [
+    Picture("tokens_per_expert", "19_mixture_of_experts", loads, draw_loads),
+    Picture("all_to_all_grid", "19_mixture_of_experts", dispatch, draw_dispatch),
+]
