@@ -11,7 +11,7 @@ table lists them.
 
 import numpy as np
 
-from minitensor import nn, optim
+from minitensor import dtypes, nn, optim
 from minitensor.activations import (
     clamp,
     clip,
@@ -105,7 +105,7 @@ from minitensor.scans import cumprod, cumsum
 from minitensor.shape_ops import cat, concat, split, stack
 from minitensor.sorting import argsort, sort, topk
 from minitensor.statistics import logsumexp, std, var
-from minitensor.tensor import Tensor, bfloat16, float16, float32, float64, int64, tensor
+from minitensor.tensor import Tensor, float16, float32, float64, int64, tensor
 from minitensor.unary_ops import exp, log, relu, sqrt, tanh
 
 # PyTorch's other dtype names (numpy's dtypes, as float32 is)
@@ -135,3 +135,10 @@ __all__ = [
     "chunk", "clone", "flip", "roll", "tril", "triu", "unflatten", "gather", "scatter", "scatter_add",
     "index_select", "masked_select", "sort", "argsort", "topk", "softmax", "log_softmax",
 ]
+
+
+def __getattr__(name):
+    """`mt.bfloat16` (None without ml_dtypes), imported on first use (minitensor.dtypes)."""
+    if name == "bfloat16":
+        return dtypes.bfloat16
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,28 +24,48 @@ they add in float32 and round once at the end, as GPU kernels do (tensor cores m
 
 For float32 and float64 `accumulate_dtype` is the dtype itself and nothing changes.
 """
-import numpy as np
+import functools
 
-try:
-    from ml_dtypes import bfloat16
-except ImportError:  # the optional extra is missing: bfloat16 policies say how to install it
-    bfloat16 = None
+import numpy as np
 
 float16, float32, float64 = np.float16, np.float32, np.float64
 
-SIXTEEN_BIT = tuple(np.dtype(t) for t in (float16, bfloat16) if t is not None)
+
+def __getattr__(name):
+    """`dtypes.bfloat16` (None without ml_dtypes), imported on first use: importing ml_dtypes
+    costs 0.6 s of CPU, which every rank and script that never computes in bfloat16 (and
+    every test process) would otherwise pay at start."""
+    if name == "bfloat16":
+        return _bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _bfloat16():
+    try:
+        from ml_dtypes import bfloat16
+    except ImportError:  # the optional extra is missing: bfloat16 policies say how to install it
+        return None
+    return bfloat16
+
+
+def is_sixteen_bit(dtype):
+    """float16 or bfloat16. Told by name: no array can be bfloat16 before ml_dtypes is imported,
+    so asking does not import it."""
+    dtype = np.dtype(dtype)
+    return dtype == np.float16 or dtype.name == "bfloat16"
 
 
 def is_floating(dtype):
     """numpy's floating dtypes and bfloat16 (which numpy files under 'void')."""
     dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype in SIXTEEN_BIT
+    return dtype.kind == "f" or is_sixteen_bit(dtype)
 
 
 def accumulate_dtype(dtype):
     """The dtype sums of `dtype` values are taken in: float32 for a 16-bit dtype, else itself."""
     dtype = np.dtype(dtype)
-    return np.dtype(float32) if dtype in SIXTEEN_BIT else dtype
+    return np.dtype(float32) if is_sixteen_bit(dtype) else dtype
 
 
 def matmul(a, b, out=None):

@@ -41,7 +41,7 @@ def promote_types(a, b):
     if ca != cb:
         return a if ca > cb else b
     if ca == 2:  # two different floats: a 16-bit one counts as float32 (numpy knows no bfloat16)
-        a, b = (np.dtype(np.float32) if t in dtypes.SIXTEEN_BIT else t for t in (a, b))
+        a, b = (np.dtype(np.float32) if dtypes.is_sixteen_bit(t) else t for t in (a, b))
     return np.promote_types(a, b)
 
 

@@ -9,7 +9,6 @@ from minitensor.promotion import DEFAULT_FLOAT  # float32, PyTorch's default flo
 
 # PyTorch's dtype names; they are numpy's dtypes, so `mt.float32 is np.float32`.
 float16, float32, float64, int64 = np.float16, np.float32, np.float64, np.int64
-bfloat16 = dtypes.bfloat16  # None without the optional ml_dtypes package
 
 
 def _as_array(data, dtype=None):

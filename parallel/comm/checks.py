@@ -6,10 +6,22 @@ import os
 
 import numpy as np
 
-from minitensor.dtypes import SIXTEEN_BIT
+from minitensor import dtypes
 
 # float16 and bfloat16 (if ml_dtypes is installed) carry 16-bit activations (minitensor.amp).
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) + SIXTEEN_BIT
+# By name: bfloat16's numpy dtype exists only once ml_dtypes is imported (0.6 s of CPU a rank
+# that never computes in bfloat16 need not pay), and no bfloat16 array can exist before it.
+SUPPORTED_DTYPES = ("float32", "float64", "int32", "int64", "float16", "bfloat16")
+
+
+def dtype_code(dtype):
+    """The dtype's index in SUPPORTED_DTYPES: how a description of an array names it."""
+    return SUPPORTED_DTYPES.index(np.dtype(dtype).name)
+
+
+def named_dtype(name):
+    """The numpy dtype of a name in SUPPORTED_DTYPES (bfloat16 imports ml_dtypes)."""
+    return np.dtype(dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 REDUCE_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 ALGORITHMS = ("builtin", "ring")
 # MPI guarantees tags up to 32767; the top one is reserved for ring.py's messages.
@@ -21,9 +33,8 @@ DEFAULT_TIMEOUT_S = 300.0  # generous: a rank may be busy for minutes (a checkpo
 def check_buffer(arr, what, writeable=False):
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{what} needs a numpy array, got {type(arr).__name__}")
-    if arr.dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-        raise TypeError(f"{what} does not support dtype {arr.dtype}; supported: {names}")
+    if arr.dtype.name not in SUPPORTED_DTYPES:
+        raise TypeError(f"{what} does not support dtype {arr.dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
     if writeable and not arr.flags.writeable:
         raise ValueError(f"{what} writes into its buffer, but the array of shape {arr.shape} is read-only")
 

@@ -17,12 +17,12 @@ doubles the time of a collective; see README.md for the measurement.
 """
 import numpy as np
 
-from .checks import REDUCE_UFUNCS, SUPPORTED_DTYPES, check_same_call
+from .checks import REDUCE_UFUNCS, SUPPORTED_DTYPES, check_same_call, dtype_code
 from .request import Request
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "split", "all_to_all")
 OPS = tuple(REDUCE_UFUNCS)
-DTYPES = tuple(str(d) for d in SUPPORTED_DTYPES)
+DTYPES = SUPPORTED_DTYPES
 MAX_NDIM = 32  # numpy's limit
 LENGTH = 5 + MAX_NDIM
 
@@ -33,7 +33,7 @@ def encode_call(kind, signature):
     row = np.full(LENGTH, -1, np.int64)
     row[0] = KINDS.index(kind)
     if "dtype" in signature:
-        row[1] = SUPPORTED_DTYPES.index(np.dtype(signature["dtype"]))
+        row[1] = dtype_code(signature["dtype"])
     if "op" in signature:
         row[2] = OPS.index(signature["op"])
     if "root" in signature:

@@ -13,17 +13,17 @@ import json
 
 import numpy as np
 
-from .checks import SUPPORTED_DTYPES
+from .checks import SUPPORTED_DTYPES, dtype_code, named_dtype
 
 
 def describe(dtype, shape):
     """[dtype code, ndim, *shape]: what a receiver needs to know of an array."""
-    return [SUPPORTED_DTYPES.index(np.dtype(dtype)), len(shape), *shape]
+    return [dtype_code(dtype), len(shape), *shape]
 
 
 def read_description(codes, i=0):
     """(dtype, shape, index after it) of the description written by `describe` at codes[i]."""
-    dtype, ndim = SUPPORTED_DTYPES[int(codes[i])], int(codes[i + 1])
+    dtype, ndim = named_dtype(SUPPORTED_DTYPES[int(codes[i])]), int(codes[i + 1])
     shape = tuple(int(n) for n in codes[i + 2:i + 2 + ndim])
     return dtype, shape, i + 2 + ndim
 
@@ -82,10 +82,11 @@ def gather_named_arrays(group, named):
                                  f"the parts to merge must be disjoint")
             owner[name] = rank
     merged = {}
-    for dtype in SUPPORTED_DTYPES:
-        local = [a.reshape(-1) for a in named.values() if a.dtype == dtype]
-        if not any(d == dtype for rank_entries in entries for _, d, _ in rank_entries):
+    for dtype_name in SUPPORTED_DTYPES:
+        if not any(d.name == dtype_name for rank_entries in entries for _, d, _ in rank_entries):
             continue
+        dtype = named_dtype(dtype_name)
+        local = [a.reshape(-1) for a in named.values() if a.dtype == dtype]
         flats = all_gather_ragged(group, np.concatenate(local) if local else np.zeros(0, dtype))
         for rank_entries, flat in zip(entries, flats):
             offset = 0

@@ -27,13 +27,14 @@ bfloat16 (minitensor.dtypes) has no MPI datatype and mpi4py rejects its buffers:
 an array travels as its 16-bit patterns (UINT16_T), and its sums and maxima are MPI
 user-defined operations that add the patterns as bfloat16 (`_message`, `_op`).
 """
+import functools
 import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from minitensor.dtypes import bfloat16
+from minitensor import dtypes
 
 from .checks import check_message
 from .debug import check_calls_agree
@@ -44,20 +45,23 @@ from .request import Pending
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
-def _bfloat16_op(ufunc):
-    """An MPI operation combining bfloat16 arrays sent as UINT16_T: inout = ufunc(inout, in)."""
+_BF16_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+@functools.cache
+def _bfloat16_op(op):
+    """An MPI operation combining bfloat16 arrays sent as UINT16_T: inout = ufunc(inout, in);
+    made when first needed (by then a bfloat16 array exists, so ml_dtypes is loaded)."""
+    ufunc, bfloat16 = _BF16_UFUNCS[op], dtypes.bfloat16
+
     def combine(inbuf, inoutbuf, datatype):
         inout = np.frombuffer(inoutbuf, dtype=bfloat16)
         ufunc(inout, np.frombuffer(inbuf, dtype=bfloat16), out=inout)
     return MPI.Op.Create(combine, commute=True)
 
 
-_BF16_OPS = {} if bfloat16 is None else {"sum": _bfloat16_op(np.add), "max": _bfloat16_op(np.maximum),
-                                          "min": _bfloat16_op(np.minimum)}
-
-
 def _is_bfloat16(buf):
-    return bfloat16 is not None and buf.dtype == bfloat16
+    return buf.dtype.name == "bfloat16"
 
 
 def _message(buf):
@@ -76,7 +80,7 @@ def _vector(buf, splits, row):
 
 
 def _op(op, buf):
-    return _BF16_OPS[op] if _is_bfloat16(buf) else _OPS[op]
+    return _bfloat16_op(op) if _is_bfloat16(buf) else _OPS[op]
 _MAX_NDIM = 32  # numpy's limit
 _HEADER_LEN = 2 + _MAX_NDIM
 _COLLECTIVE_UNKNOWN = ("MPI does not tell a waiting rank which ranks have not joined a collective: "
