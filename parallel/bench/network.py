@@ -9,9 +9,9 @@ For each rate:
      α–β time is 2(α + N/2·β): its own fit is printed as the α, β that formula implies);
      β beside the β the rate sets, 8/rate seconds per byte;
   2. the main job's data-parallel step across the hosts (mpiexec, `--dp 2`), seconds per step;
-  3. the same job in one process (`--threads 2 --dp 2`) on `--link α,β` of the send/recv fit;
+  3. the same job on one host (2 ranks through shared memory) on `--link α,β` of the send/recv fit;
   4. `simulated/real step time: R`, and the share of the real step that communication takes
-     (the real step minus the same job on one host, unshaped, over the real step).
+     (the real step minus the same job on one host without --link, over the real step).
 """
 import argparse
 import json
@@ -24,6 +24,7 @@ import numpy as np
 
 from minitensor.flags import AT_LEAST_1, parse_checked
 
+from ..launch import find_mpiexec
 from ._hosts import TwoHosts, can_make_hosts
 
 SIZES = [2 ** k for k in range(10, 23, 2)]  # 1 KiB … 4 MiB
@@ -47,8 +48,8 @@ def main(argv):
         print(f"python -m parallel.bench network: {problem}; it needs two network namespaces (run as root)",
               file=sys.stderr)
         return 2
-    local = step_seconds(one_process(args.steps))
-    print(f"one host, unshaped, --threads 2 --dp 2: {local * 1e3:.1f} ms/step")
+    local = step_seconds(one_host(args.steps))
+    print(f"one host, 2 ranks through shared memory, --dp 2: {local * 1e3:.1f} ms/step")
     for rate in args.rates:
         with TwoHosts(rate=rate) as hosts:
             report_rate(hosts, rate, args.steps, local)
@@ -67,7 +68,7 @@ def report_rate(hosts, rate, steps, local):
     print(f"  all-reduce  α = {ring[0] / 2 * 1e6:8.1f} µs  β = {ring[1] * 1e9:7.2f} ns/B   (fit of 2(α + N/2·β))")
     real = step_seconds(hosts.mpiexec(["-m", "mpi4py", "-m", "parallel.train", *train_flags(steps)], timeout=1800))
     link = f"{p2p[0]:.3e},{p2p[1]:.3e}"
-    simulated = step_seconds(one_process(steps, f"--link={link}"))
+    simulated = step_seconds(one_host(steps, f"--link={link}"))
     print(f"  real step across the hosts {real * 1e3:.1f} ms; simulated on --link {link} {simulated * 1e3:.1f} ms; "
           f"communication {max(0.0, real - local) / real:.0%} of the real step")
     print(f"  simulated/real step time: {simulated / real:.2f}")
@@ -78,10 +79,11 @@ def train_flags(steps):
     return ["--dp", "2", "--steps", str(steps), "--log-every", str(steps)]
 
 
-def one_process(steps, *extra):
-    """The job as threads of one process on this host (`extra`: --link ...)."""
-    return subprocess.run([sys.executable, "-m", "parallel.train", *train_flags(steps), "--threads", "2", *extra],
-                          capture_output=True, text=True)
+def one_host(steps, *extra):
+    """The job as 2 MPI processes on this host, talking through shared memory (`extra`: --link
+    ...): the real job's ranks, without the network."""
+    return subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parallel.train",
+                           *train_flags(steps), *extra], capture_output=True, text=True)
 
 
 def step_seconds(run):
