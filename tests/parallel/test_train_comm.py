@@ -29,7 +29,7 @@ def flags(*extra, steps=3):
                                                            "which needs --local-steps H"),
     (["--threads", "2", "--dp", "2", "--local-steps", "2", "--outer-momentum", "1"], "--outer-momentum=1.0 must be"),
     (["--compress", "gzip"], "--compress 'gzip' is not one of none, powersgd:R, topk:RATIO, sign"),
-    (["--link", "wifi"], "--link 'wifi' is neither a link name (loopback, 100mbe, 1gbe, 10gbe, ib-hdr, nvlink)"),
+    (["--link", "wifi"], "--link 'wifi' is neither a link name (loopback, 100mbe, 1gbe, 10gbe, ib-hdr, nvlink, veth-100mbit)"),
 ])
 def test_senseless_combinations_name_both_flags(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
