@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -26,8 +25,10 @@ from minitensor.flags import AT_LEAST_1, parse_checked
 
 from ..launch import find_mpiexec
 from ._hosts import TwoHosts, can_make_hosts
+from .allreduce import median_time
 
 SIZES = [2 ** k for k in range(10, 23, 2)]  # 1 KiB … 4 MiB
+REPEATS = 9  # per size: the median of the slowest rank's times
 STEP = re.compile(r"trained (\d+) steps in \S+ \(([\d.]+) s\)")
 
 
@@ -126,21 +127,8 @@ def measure_sizes():
             else:
                 group.recv(buf, other)
                 group.send(buf, other)
-        result["send_recv"].append(median_seconds(group, ping_pong) / 2)
-        result["all_reduce"].append(median_seconds(group, lambda: group.all_reduce(buf)))
+        result["send_recv"].append(median_time(group, ping_pong, REPEATS) / 2)
+        result["all_reduce"].append(median_time(group, lambda: group.all_reduce(buf), REPEATS))
     if group.rank == 0:
         print(json.dumps(result), flush=True)
     return 0
-
-
-def median_seconds(group, run, repeats=9):
-    """Median over repeats of the slowest rank's time, every repeat started after a barrier."""
-    run()  # the first one connects
-    times = np.empty(repeats)
-    for i in range(repeats):
-        group.barrier()
-        start = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - start
-    group.all_reduce(times, op="max")
-    return float(np.median(times))
