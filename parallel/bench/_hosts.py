@@ -45,6 +45,11 @@ def can_make_hosts():
         return "the `ip` command (iproute2) is not installed"
     if find_mpiexec() is None:
         return "no mpiexec next to this Python or on PATH"
+    probe = f"mt{os.getpid() % 100000}probe"  # root in a container may still lack CAP_NET_ADMIN
+    made = sh("ip", "netns", "add", probe, check=False)
+    sh("ip", "netns", "del", probe, check=False)
+    if made.returncode != 0:
+        return f"`ip netns add` fails here ({made.stderr.strip() or made.returncode})"
     return None
 
 
