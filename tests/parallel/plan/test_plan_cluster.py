@@ -139,15 +139,24 @@ def test_this_machines_time_model_meets_the_issues_bar(ranks):
         assert spearman(simulated, measured) >= 0.8
 
 
-def test_chapter_10_at_scale_prints_the_readmes_table_and_draws_it(tmp_path, capsys):
-    """tutorials/10_planner/at_scale.py prints the table the README shows, and renders the picture."""
+def load_at_scale():
     import importlib.util
     spec = importlib.util.spec_from_file_location("at_scale", REPO / "tutorials/10_planner/at_scale.py")
     at_scale = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(at_scale)
-    assert at_scale.main([]) == 0
+    return at_scale
+
+
+def test_chapter_10_at_scale_prints_the_readmes_table(capsys):
+    """tutorials/10_planner/at_scale.py prints the table the README shows (its text form)."""
+    assert load_at_scale().main([]) == 0
     printed = capsys.readouterr().out.splitlines()[1:]
     readme = (REPO / "tutorials/10_planner/README.md").read_text()
     assert all(line in readme for line in printed)
+
+
+def test_chapter_10_at_scale_draws_its_picture(tmp_path):
+    pytest.importorskip("matplotlib", reason="!!! matplotlib is not installed (pip install -e '.[plots]'): the "
+                                             "at-scale picture was NOT rendered (its table was checked) !!!")
     results = validate_published(out=lambda line: None)
-    assert at_scale.render(results, tmp_path / "at_scale.png").stat().st_size > 10_000
+    assert load_at_scale().render(results, tmp_path / "at_scale.png").stat().st_size > 10_000
