@@ -45,8 +45,8 @@ regular expression may hold a bare `|`):
     ignore /RE/    in a block: quoted lines matching RE are not checked (a command line, an elided path)
     TEXT {} TEXT   the template of an inline claim
 
-Two numbers both below ROUNDOFF (1e-9) in magnitude, and not zero, agree: they are round-off (a largest
-difference to one device of 4.4e-16 here may be 6.7e-16 with another CPU's BLAS), and the claim is
+Two numbers both below ROUNDOFF (1e-9) in magnitude agree, zero included: they are round-off (a largest
+difference to one device of 4.4e-16 here may be 6.7e-16, or 0, with another CPU's BLAS), and the claim is
 that they are that small. Numbers are what they look like in the text: `1,263,112`, `-0.5`, `8.7e-16`, `0.713x` (the 0.713), `nan`,
 `inf`; digits inside names (`linear_0`, `blocks.0.attn`, `fp16`) are not numbers. `--update` writes the
 number as the script printed it, keeping right-aligned columns aligned; it re-reads each README just
@@ -84,7 +84,7 @@ def same(a, b, tol, atol):
         return True
     if x in (float("inf"), float("-inf")) or y in (float("inf"), float("-inf")) or x != x or y != y:
         return False
-    if 0 < abs(x) < ROUNDOFF and 0 < abs(y) < ROUNDOFF:
+    if abs(x) < ROUNDOFF and abs(y) < ROUNDOFF:
         return True
     return abs(x - y) <= atol + tol * max(abs(x), abs(y))
 
