@@ -94,6 +94,10 @@ class Optimizer:
             flat.append((states, layout))
         return flat, rest
 
+    def state_arrays(self):
+        """The arrays of the optimizer's state, themselves (no copies): the moments, the momentum."""
+        return [v for s in self.state.values() for v in s.values() if isinstance(v, np.ndarray)]
+
     def state_dict(self):
         return {
             "defaults": dict(self.defaults),
@@ -156,4 +160,4 @@ class AdamW(Optimizer):
 
     def state_bytes(self):
         """Bytes held by the optimizer states (for comparing with ZeRO's shards)."""
-        return sum(v.nbytes for s in self.state.values() for v in s.values() if isinstance(v, np.ndarray))
+        return sum(v.nbytes for v in self.state_arrays())

@@ -133,6 +133,10 @@ class ZeroOptimizer(Optimizer):
             for bucket in self.buckets:
                 bucket.grad_shard[:] = 0
 
+    def state_arrays(self):
+        """This rank's shard of the moments, themselves."""
+        return [self.exp_avg, self.exp_avg_sq]
+
     def state_bytes(self):
         """Bytes of optimizer state on THIS rank: ≈ AdamW.state_bytes() / group size."""
         return self.exp_avg.nbytes + self.exp_avg_sq.nbytes

@@ -62,17 +62,7 @@ def state_arrays(model, update):
     params = [p.data for _, p in model.named_master_parameters() if p.data.flags.writeable]
     buckets = getattr(model.optimizer, "buckets", ())
     shards = [b.param_shard for b in buckets if getattr(b, "param_shard", None) is not None]
-    state = [v for v in flat_values(model.optimizer.state_dict()) if isinstance(v, np.ndarray)]
-    return params + shards + state
-
-
-def flat_values(tree):
-    """Every leaf of nested dicts and lists."""
-    if isinstance(tree, dict):
-        return [leaf for value in tree.values() for leaf in flat_values(value)]
-    if isinstance(tree, (list, tuple)):
-        return [leaf for value in tree for leaf in flat_values(value)]
-    return [tree]
+    return params + shards + model.optimizer.state_arrays()  # the arrays themselves: no copy per step
 
 
 BLAME = {"inner": "the optimizer step made a weight or an AdamW moment inf or nan; try a smaller --lr",
