@@ -147,9 +147,11 @@ def moe_of(config, dtype):
                config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype)
 
 
-def moe_loss(blocks):
-    """The sum of the MoE blocks' balancing and z-losses of the last forward."""
-    return sum(block.mlp.aux_loss for block in blocks if isinstance(block.mlp, MoE))
+def moe_loss(blocks, dtype=None):
+    """The sum of the MoE blocks' balancing and z-losses of the last forward (in `dtype`: the
+    loss's, float32 where the blocks compute in 16 bits)."""
+    total = sum(block.mlp.aux_loss for block in blocks if isinstance(block.mlp, MoE))
+    return total if dtype is None or total.dtype == dtype else total.to(dtype)
 
 
 class GPTEnds:
@@ -225,7 +227,7 @@ class GPT(GPTEnds, nn.Module):
             x = block(x)
         logits, loss = self.head(x, targets)
         if loss is not None and self.config.n_experts:
-            loss = loss + moe_loss(self.blocks)
+            loss = loss + moe_loss(self.blocks, loss.dtype)
         return logits, loss
 
     @no_grad()

@@ -4,6 +4,11 @@ by index (dispatch: tokens to their experts' order) and add rows into places by 
 
     gather_rows(x, index)          y[j] = x[index[j]]                dx[i] = Σ_{j: index[j] = i} dy[j]
     scatter_add_rows(y, index, n)  x[i] = Σ_{j: index[j] = i} y[j]  dy[j] = dx[index[j]]
+
+And one for a pipeline stage that ends before the loss: `with_aux_loss(x, aux, scale)`
+passes x on unchanged, and its backward also gives the stage's auxiliary loss the gradient
+`scale` = d(total loss)/d(aux) (Megatron-Core's MoEAuxLossAutoScaler), so the balancing
+loss of an early stage's MoE layers joins the backward that starts at the last stage.
 """
 import numpy as np
 
@@ -43,3 +48,17 @@ def gather_rows(x, index):
 def scatter_add_rows(y, index, rows):
     """`rows` rows of zeros with each row y[j] added into row index[j], differentiable."""
     return ScatterAddRows.apply(y, index=np.asarray(index, dtype=np.int64), rows=int(rows))
+
+
+class WithAuxLoss(Function):
+    def forward(self, x, aux, scale):
+        self.aux_like, self.scale = np.zeros_like(aux), scale
+        return x
+
+    def backward(self, grad):
+        return grad, self.aux_like + self.scale
+
+
+def with_aux_loss(x, aux, scale):
+    """x unchanged; backward through it also runs from the scalar Tensor `aux` with gradient `scale`."""
+    return WithAuxLoss.apply(x, aux, scale=float(scale))

@@ -5,7 +5,7 @@ without the balancing loss, and the cost of experts against the dense model.
 
 Printed (float32, one BLAS thread's worth of numpy; ranks as threads):
 
-    all-to-all    bytes one rank counted in its ep group in one step of ExpertParallelGPT
+    all-to-all    bytes one rank counted in its ep group in one step of HybridGPT with experts
                   (dp = ep) | parallel.plan.moe.all_to_all_bytes from the rows it sent and
                   received in each MoE layer: they must be equal
     load          tokens per expert over the last 10 steps (all MoE layers, top-1), max/mean: 1.00 is
@@ -26,7 +26,7 @@ from minitensor.flags import AT_LEAST_1, parse_checked
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
-from parallel.hybrid import ExpertParallelGPT
+from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 from parallel.plan.moe import active_param_count, all_to_all_bytes, moe_param_count
 
@@ -66,12 +66,12 @@ def load_balance(load):
 
 
 def all_to_all_step(cfg, task, ep):
-    """(counted, formula) bytes of one step on rank 0 of ExpertParallelGPT(dp = ep)."""
+    """(counted, formula) bytes of one step on rank 0 of HybridGPT(Mesh(dp = ep, ep=ep))."""
     idx, targets = task.get_batch(BATCH, generator=np.random.default_rng(1))
 
     def step():
         mt.manual_seed(0)
-        model = ExpertParallelGPT(GPT(cfg), Mesh(ep, ep=ep))
+        model = HybridGPT(GPT(cfg), Mesh(ep, ep=ep))
         model.reset_communication_stats()
         model.train_step(idx, targets)
         me = model.mesh.ep_rank

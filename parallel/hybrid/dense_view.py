@@ -7,6 +7,7 @@ and load through them.
 """
 from ..comm.gather import gather_named_arrays
 from ..data_parallel.flat_units import gather_grad_shards
+from .experts import join_experts
 
 
 class DenseView:
@@ -14,10 +15,12 @@ class DenseView:
     parameters(), full_parameters() and finish_grad_sync()."""
 
     def _merge(self, local):
-        """Each stage's tp-gathered arrays merged over pp, in single-device name order (a tied
-        copy on the last stage is left out: the first stage's is the same)."""
+        """Each stage's tp-gathered arrays merged over ep (each rank's experts) and pp, in
+        single-device name order (a tied copy on the last stage is left out: the first stage's
+        is the same)."""
         copies = {name for stage in self.stages if not stage.is_first for name in stage.tied_names()}
-        merged = gather_named_arrays(self.mesh.pp_group, {n: a for n, a in local.items() if n not in copies})
+        local = join_experts({n: a for n, a in local.items() if n not in copies}, self.mesh)
+        merged = gather_named_arrays(self.mesh.pp_group, local)
         return {name: merged[name] for name in self.dense_names if name in merged}
 
     def full_state_dict(self):

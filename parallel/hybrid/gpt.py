@@ -49,20 +49,21 @@ import contextlib
 import numpy as np
 
 from minitensor.amp import MixedPrecision, policy_of_dtype, precision_policy
+from minitensor.nn.moe import MoE
 from minitensor.optim import AdamW
 
 from ..context_parallel import ContextParallel
-from ..data_parallel.ddp import broadcast_parameters
 from ..data_parallel.flat_units import masters_gathered
 from ..data_parallel.local_sgd import DiLoCo
-from ..data_parallel.reducer import Reducer
 from ..data_parallel.zero import ZeroOptimizer
+from ..expert_parallel import shard_experts
 from ..pipeline.executor import Pipeline
 from ..pipeline.partition import stages_for_rank
 from ..pipeline.tied import TiedGradients
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
 from .dense_view import DenseView
+from .experts import gradient_reducers, start_as_one_model
 from .parallel_model import ParallelModel
 from .zero_units import UnitShards
 
@@ -90,15 +91,21 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
-        if getattr(config, "n_experts", 0):
-            raise ValueError(f"HybridGPT: n_experts={config.n_experts}: a mixture of experts runs on ExpertParallelGPT")
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
+        self.experts = getattr(config, "n_experts", 0)
+        if self.experts and zero:
+            raise ValueError(f"a mixture of experts under ZeRO-{int(zero)}: not composed yet (its experts are "
+                             f"replicated over edp, not dp); use zero=0")
+        if self.experts % mesh.ep:
+            raise ValueError(f"n_experts={self.experts} is not divisible by ep={mesh.ep}")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
         self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
         self.dense_names = [name for name, _ in gpt.named_parameters()]
+        if mesh.ep > 1:  # this rank keeps E/ep experts of each MoE layer (expert_parallel.dispatch)
+            shard_experts(gpt, mesh.ep_group)
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
@@ -107,15 +114,14 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
         # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
         # Under a mixed policy the optimizer and the dp reducer work on the float32 masters.
-        self.dp_reducer, self.shardings = None, []
+        self.dp_reducer, self.expert_reducer, self.shardings = None, None, []
         if self.zero != 1:
-            broadcast_parameters(self.parameters(), mesh.dp_cp_group)  # the replicas start as one model
+            start_as_one_model(self.named_parameters(), mesh)  # the replicas start as one model
         policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
                                   **(scaler or {}))
-        if self.zero == 0:
-            trainable = [p for p in self.amp.masters if p.requires_grad]
-            self.dp_reducer = Reducer(trainable[::-1], mesh.dp_cp_group)
+        if self.zero == 0:  # the experts' gradients over their replicas only (experts.py)
+            self.dp_reducer, self.expert_reducer = gradient_reducers(self.named_master_parameters(), mesh)
         elif self.zero > 1:
             self.units = UnitShards(self.stages, mesh, self.amp, self.tied, microbatches, self.zero, prefetch)
             self.dp_reducer, self.shardings = self.units.reducer, self.units.shardings
@@ -143,7 +149,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
                 "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
-                "zero": self.zero, "precision": self.amp.policy.name}
+                "zero": self.zero, "precision": self.amp.policy.name, **({"ep": self.mesh.ep} if self.experts else {})}
 
     # --- parameters --------------------------------------------------------------
 
@@ -159,6 +165,10 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     def master_parameters_changed(self):
         """A loader wrote the masters: round them into the compute copies."""
         self.amp.masters_to_params()
+
+    def moe_layers(self):
+        """This rank's MoE layers; each one's `load`, `dropped`, `sent`, `received` tell of its last forward."""
+        return [block.mlp for stage in self.stages for block in stage.blocks if isinstance(block.mlp, MoE)]
 
     def named_modules(self):
         return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
@@ -180,6 +190,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         if self.zero:
             raise ValueError(f"a communication hook compresses the dp all-reduce, which ZeRO-{self.zero} replaces "
                              "by its reduce-scatter: use one or the other")
+        if self.experts:
+            raise ValueError("a communication hook with a mixture of experts: not composed yet")
         self.dp_reducer.register_comm_hook(hook)
         self.comm_hook = hook
 
@@ -192,6 +204,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         if self.mesh.cp > 1:
             raise ValueError(f"local SGD with cp={self.mesh.cp}: the cp ranks of a replica hold parts of one "
                              "gradient, which must be summed every step")
+        if self.experts:
+            raise ValueError("local SGD with a mixture of experts: not composed yet")
         self.outer = DiLoCo(self.dp_reducer, local_steps, outer_lr, outer_momentum)
 
     # --- training ------------------------------------------------------------------
@@ -253,6 +267,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
             self.amp.grads_to_master(divisor=self.accumulated)
             if self.dp_reducer is not None and self.outer is None:
                 self.dp_reducer.finish()
+            if self.expert_reducer is not None:
+                self.expert_reducer.finish()
         self.synced = True
 
     def optimizer_step(self, after=None):

@@ -71,6 +71,8 @@ class Pipeline:
         self._check_stages()
         self.events, self.meter = [], ActivationMeter()
         self.loss_scale = 1.0  # set before each step by a loss scaler (minitensor.amp)
+        # a mixture of experts: any stage may add MoE losses to the reported loss (the same on every rank)
+        self.has_experts = bool(getattr(self.stages[0].config, "n_experts", 0))
 
     @classmethod
     def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, checkpoint=False):
@@ -126,6 +128,8 @@ class Pipeline:
             raise ValueError(f"batch size {idx.shape[0]} is not divisible by microbatches={self.m}")
         if zero_grad:
             self.zero_grad()
+        for stage in self.stages:  # what backward gives an early stage's MoE losses (stage.py)
+            stage.aux_loss_scale = self.loss_scale / self.m
         step = _Step(self, np.split(idx, self.m), np.split(targets, self.m))
         self.meter, self.events = step.meter, []
         self.group.barrier()  # a common time origin for every rank's events
@@ -136,13 +140,17 @@ class Pipeline:
             self.events.append(Event(self.rank, action.kind, action.microbatch, action.chunk,
                                      start - t0, time.perf_counter() - t0))
         step.check_all_freed()
-        return self._broadcast_loss(step.losses)
+        return self._broadcast_loss(step.losses, step.aux)
 
-    def _broadcast_loss(self, losses):
-        """The mean of the micro-batch losses, from the last stage's rank to all."""
+    def _broadcast_loss(self, losses, aux):
+        """The mean of the micro-batch losses, from the last stage's rank to all; with MoE
+        blocks, plus the losses' mean of those before the last stage (`aux`: their sum over
+        this rank's micro-batches and chunks before the last), summed over the stages."""
         last_rank = self.p - 1  # stage p·v - 1 is chunk v - 1 of rank p - 1
         value = np.array([np.mean(losses) if self.rank == last_rank else 0.0])
-        return float(self.group.broadcast(value, root=last_rank)[0])
+        if not self.has_experts:
+            return float(self.group.broadcast(value, root=last_rank)[0])
+        return float(self.group.all_reduce(value + aux / self.m)[0])
 
     # --- what the step did ---------------------------------------------------------
 
@@ -178,6 +186,7 @@ class _Step:
         self.pipe, self.idx, self.targets = pipe, idx_chunks, target_chunks
         self.inputs, self.outputs, self.output_grads, self.input_grads = {}, {}, {}, {}
         self.losses, self.meter, self.weight_grads = [], ActivationMeter(), WeightGradStore()
+        self.aux = 0.0  # the MoE losses of this rank's stages before the last, summed over micro-batches
         first = pipe.stages[0]
         self.shape = first.activation_shape(*idx_chunks[0].shape)
         self.dtype = next(p.dtype for p in first.parameters() if is_floating(p.dtype))
@@ -208,6 +217,8 @@ class _Step:
             out = stage(x, targets)
         if stage.is_last:
             self.losses.append(out.item())
+        else:
+            self.aux += stage.last_aux
         self.outputs[mb, chunk] = out
         self.meter.stored((mb, chunk), activation_bytes(out))
 

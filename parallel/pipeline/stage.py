@@ -14,9 +14,17 @@ their GLOBAL index, so `named_parameters()` yields single-device names
 (`blocks.2.attn.q.weight` on the stage that holds block 2). Every part is looked up as
 an attribute when the stage runs, so a tensor-parallel block or embedding with the same
 forward signature can replace a dense one: `stage.blocks[2] = tp_block`.
+
+A mixture-of-experts block adds its balancing loss to the model's loss. The last stage
+adds its own blocks' to the loss it returns; an earlier stage attaches its blocks' to the
+activation it sends (moe_ops.with_aux_loss), so backward from the received gradient also
+runs from them, with `aux_loss_scale` (loss scale / micro-batches: what the pipeline seeds
+the loss with). `last_aux` is the value of the last forward's, for the reported loss.
 """
 from minitensor import nn
-from minitensor.models.gpt import GPTEnds
+from minitensor.models.gpt import GPTEnds, moe_loss
+from minitensor.nn.moe import MoE
+from minitensor.nn.moe_ops import with_aux_loss
 
 
 class GlobalBlocks(nn.Module):
@@ -62,6 +70,10 @@ class PipelineStage(GPTEnds, nn.Module):
         self.blocks = GlobalBlocks({i: model.blocks[i] for i in block_range})
         for name in self.last_parts if self.is_last else ():
             setattr(self, name, getattr(model, name))
+        self.aux_loss_scale, self.last_aux = 1.0, 0.0
+
+    def has_experts(self):
+        return any(isinstance(block.mlp, MoE) for block in self.blocks)
 
     def forward(self, x, targets=None):
         """First stage: x is the token indices (B, T); otherwise the activation (B, T, C).
@@ -70,10 +82,14 @@ class PipelineStage(GPTEnds, nn.Module):
             x = self.embed(x)
         for block in self.blocks:
             x = block(x)
+        aux = moe_loss(self.blocks) if self.has_experts() else None
+        self.last_aux = aux.item() if aux is not None else 0.0
         if not self.is_last:
-            return x
+            return x if aux is None else with_aux_loss(x, aux, self.aux_loss_scale)
         logits, loss = self.head(x, targets)
-        return logits if targets is None else loss
+        if targets is None:
+            return logits
+        return loss if aux is None else loss + aux.to(loss.dtype)
 
     def tied_names(self):
         """Names of the parameters this stage holds that another stage holds too: those of the

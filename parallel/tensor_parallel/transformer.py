@@ -11,10 +11,16 @@ sequence, f is an all-gather and g a reduce-scatter: the same bytes, and the
 activations outside attention and MLP take 1/tp of the memory. Under context
 parallelism (`context`, a context_parallel.ContextParallel) the rank's heads attend over
 the whole sequence by ring attention across the cp group.
+
+A mixture-of-experts MLP (minitensor.nn.moe) is not split: every tp rank holds its experts
+whole and runs them on the activation it already holds whole (Megatron-Core's expert
+tensor-parallel size 1). So it needs no tp collective and its gradients are the same on
+every tp rank; sequence parallelism, which would give each tp rank other tokens, is refused.
 """
 from minitensor import nn
 from minitensor.models.gpt import attend
 from minitensor.nn import functional as F
+from minitensor.nn.moe import MoE
 
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule, enter_column_parallel
 from .random import TensorParallelRNG
@@ -86,8 +92,18 @@ class ParallelBlock(TensorParallelModule):
         self.attn = ParallelSelfAttention(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng,
                                           context=context)
         self.ln_2 = replicated_copy(dense.ln_2, partial_grad=sequence_parallel)
-        self.mlp = ParallelMLP(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng)
+        self.mlp = (whole_experts(dense.mlp, rng, sequence_parallel) if isinstance(dense.mlp, MoE) else
+                    ParallelMLP(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
+
+
+def whole_experts(moe, rng, sequence_parallel):
+    """The MoE layer itself, replicated on the tp ranks: its dropout draws from their shared stream."""
+    if sequence_parallel:
+        raise ValueError("a mixture-of-experts MLP under sequence parallelism: its experts run whole on every tp "
+                         "rank's activation, which SP splits by position; turn sequence parallelism off")
+    moe.drop = dropout_like(moe.drop, rng, sharded=False)
+    return moe

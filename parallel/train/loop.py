@@ -15,7 +15,7 @@ from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm.link import parse_link, with_link
 from ..data_parallel.comm_hooks import make_hook
-from ..hybrid import ExpertParallelGPT, HybridGPT
+from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from . import report
 from .check import TOLERANCES, SingleDeviceCheck
@@ -47,11 +47,8 @@ def build(args, task, group):
     config = model_config(args, task)
     mt.manual_seed(args.seed)
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
-    if args.experts:
-        model = ExpertParallelGPT(gpt, Mesh(args.dp, world=group, ep=args.ep), microbatches=args.microbatches)
-        model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
-        return model
-    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group), microbatches=args.microbatches,
+    model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group, ep=args.ep),
+                      microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
                       checkpoint_activations=args.checkpoint_activations, zero=args.zero, seed=args.seed,
                       cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=args.precision)

@@ -1,5 +1,6 @@
-"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep equals one device
-under --check, and every bad or not-yet-composed combination is exit status 2 with one line."""
+"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp or pp
+beside, equals one device under --check; a checkpoint reshards to another ep and to one device;
+every bad or not-yet-composed combination is exit status 2 with one line."""
 import pytest
 
 from parallel.train import main
@@ -9,6 +10,9 @@ ERROR = "python -m parallel.train: error: "
 
 
 @pytest.mark.parametrize("layout", [["--threads", "2", "--dp", "2", "--ep", "2", "--capacity-factor", "1.0"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
+                                     "--schedule", "zb-h1", "--checkpoint-activations"],
                                     ["--threads", "4", "--dp", "4", "--ep", "2", "--top-k", "1", "--moe-every", "2",
                                      "--microbatches", "2", "--z-loss-coef", "0.01"]])
 def test_check_equals_one_device(layout, capsys):
@@ -24,12 +28,22 @@ def test_check_equals_one_device(layout, capsys):
     (["--experts", "2", "--capacity-factor", "0"], "--capacity-factor"),
     (["--experts", "4", "--ep", "4", "--dp", "2", "--threads", "2"], "--ep 4 does not divide --dp 2"),
     (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),
-    (["--experts", "2", "--tp", "2", "--threads", "2"], "--experts 2 does not combine with --tp 2 yet"),
+    (["--experts", "2", "--tp", "2", "--sequence-parallel", "--threads", "2"], "with --sequence-parallel"),
+    (["--experts", "2", "--cp", "2", "--threads", "2"], "--experts 2 does not combine with --cp 2 yet"),
     (["--experts", "2", "--zero", "1", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 1"),
-    (["--experts", "2", "--precision", "bf16"], "--experts 2 does not combine with --precision bf16"),
+    (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(TINY + ["--steps", "1"] + flags)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(ERROR) and message in err
+
+
+def test_a_checkpoint_reshards_to_another_ep_and_to_one_device(tmp_path):
+    flags = TINY + ["--experts", "4", "--top-k", "2", "--dtype", "float64", "--steps", "4"]
+    straight = main(flags + ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
+                             "--save", str(tmp_path / "a"), "--save-every", "2"])["losses"]
+    for layout in (["--threads", "2", "--dp", "2", "--ep", "1"], ["--threads", "2", "--tp", "2"], []):
+        resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000002")])["losses"]
+        assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout

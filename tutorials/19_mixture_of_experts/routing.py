@@ -12,7 +12,7 @@ from minitensor.data import AdditionTask
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
-from parallel.hybrid import ExpertParallelGPT
+from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
 EXPERTS, EP = 4, 4
@@ -43,7 +43,7 @@ def dispatch_grid(task):
 
     def step():
         mt.manual_seed(0)
-        model = ExpertParallelGPT(GPT(config(task, 0.01)), Mesh(EP, ep=EP))
+        model = HybridGPT(GPT(config(task, 0.01)), Mesh(EP, ep=EP))
         model.train_step(idx, targets)
         return model.moe_layers()[0].sent
     return np.array(run_threads(EP, step))

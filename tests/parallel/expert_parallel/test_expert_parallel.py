@@ -13,7 +13,7 @@ from mpi_scripts.moe_common import batches, expert_parallel, moe_config, single_
 from minitensor.models.gpt import GPT
 from parallel.comm import run_threads
 from parallel.expert_parallel import expert_major_order
-from parallel.hybrid import ExpertParallelGPT
+from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
 SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
@@ -21,20 +21,25 @@ SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
 
 @st.composite
 def moe_layouts(draw):
+    """A mixture-of-experts layout of at most 4 ranks: dp × ep, with tp or pp beside them."""
     ep = draw(st.sampled_from([1, 2, 4]))
     dp = ep * draw(st.sampled_from([1, 2] if ep < 4 else [1]))
+    tp, pp = draw(st.sampled_from([(1, 1), (2, 1), (1, 2)] if dp <= 2 else [(1, 1)]))
     n_experts = ep * draw(st.integers(1, 2))
-    return dict(dp=dp, ep=ep, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
+    schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"])) if pp > 1 else "1f1b"
+    return dict(dp=dp, ep=ep, tp=tp, pp=pp, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
                 renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from([None, 0.5, 1.0, 1.5])),
-                microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])))
+                microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])),
+                schedule=schedule, checkpoint_activations=draw(st.booleans()))
 
 
 @given(moe_layouts())
 def test_every_layout_equals_one_device_over_several_adamw_steps(layout):
-    dp, ep, m = layout.pop("dp"), layout.pop("ep"), layout.pop("microbatches")
-    config, data = moe_config(**layout), batches(3, batch=2 * dp)
+    dp, ep, tp, pp, m = (layout.pop(axis) for axis in ("dp", "ep", "tp", "pp", "microbatches"))
+    switches = {name: layout.pop(name) for name in ("schedule", "checkpoint_activations")}
+    config, data = moe_config(**layout), batches(3, batch=2 * dp * m)
     reference = single_device(config, data)
-    results = run_threads(dp, lambda: expert_parallel(config, data, None, dp, ep, m))
+    results = run_threads(dp * tp * pp, lambda: expert_parallel(config, data, None, dp, ep, m, tp=tp, pp=pp, **switches))
     for result in results:
         assert worst_difference(reference, result) < 1e-9
 
@@ -43,7 +48,7 @@ def test_each_rank_holds_its_experts_under_their_single_device_names():
     config = moe_config(n_experts=4, top_k=2)
 
     def names():
-        model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
+        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
         return [name for name, _ in model.named_parameters() if ".experts." in name and name.endswith("fc.weight")]
     ranks = run_threads(4, names)
     assert ranks[0] == ranks[2] == [f"blocks.{b}.mlp.experts.{e}.fc.weight" for b in (0, 1) for e in (0, 1)]
@@ -54,11 +59,11 @@ def test_the_expert_gradients_are_reduced_over_the_expert_replicas_only():
     config, data = moe_config(n_experts=2, top_k=1), batches(1, batch=8)
 
     def stats():
-        model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
+        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
         model.train_step(*data[0])
         model.reset_communication_stats()
         model.finish_grad_sync()
-        return model.communication_stats(), model.reducers[1].group.size
+        return model.communication_stats(), model.expert_reducer.group.size
     (counted, edp), *_ = run_threads(4, stats)
     assert edp == 2 and set(counted) == {("dp", "all_reduce"), ("edp", "all_reduce")}
 
@@ -73,13 +78,16 @@ def test_bad_expert_layouts_are_refused():
     with pytest.raises(ValueError, match="ep=3 must divide dp=4"):
         run_threads(4, lambda: Mesh(4, ep=3))
     with pytest.raises(ValueError, match="n_experts=3 is not divisible by ep=2"):
-        run_threads(2, lambda: ExpertParallelGPT(GPT(moe_config(3, 1), dtype=np.float64), Mesh(2, ep=2)))
-    with pytest.raises(ValueError, match="runs over dp × ep; got tp=2"):
-        run_threads(2, lambda: ExpertParallelGPT(GPT(moe_config(2, 1), dtype=np.float64), Mesh(tp=2)))
+        run_threads(2, lambda: HybridGPT(GPT(moe_config(3, 1), dtype=np.float64), Mesh(2, ep=2)))
+    with pytest.raises(ValueError, match="under sequence parallelism"):
+        run_threads(2, lambda: HybridGPT(GPT(moe_config(2, 1), dtype=np.float64), Mesh(tp=2), sequence_parallel=True))
+    with pytest.raises(ValueError, match="under ZeRO-1: not composed yet"):
+        run_threads(2, lambda: HybridGPT(GPT(moe_config(2, 1), dtype=np.float64), Mesh(2, ep=2), zero=1))
 
 
 @requires_mpiexec
-@pytest.mark.parametrize("n, ep", [(2, 2), (4, 2)])
-def test_expert_parallel_equals_one_device_on_real_ranks(n, ep):
-    result = run_mpi(n, [SCRIPTS / "moe_equivalence.py", str(ep)], timeout=240)
+@pytest.mark.parametrize("dp, tp, pp, ep", [(2, 1, 1, 2), (2, 2, 1, 2), (2, 1, 2, 2)])
+def test_expert_parallel_equals_one_device_on_real_ranks(dp, tp, pp, ep):
+    n = dp * tp * pp
+    result = run_mpi(n, [SCRIPTS / "moe_equivalence.py", *map(str, (dp, tp, pp, ep))], timeout=240)
     assert sorted(re.findall(r"rank \d+ ok", result.stdout)) == [f"rank {r} ok" for r in range(n)]

@@ -1,11 +1,11 @@
 """Shared by the expert-parallel tests (threads and mpiexec): a small MoE GPT trained a few
-AdamW steps on one device and under ExpertParallelGPT, compared name by name."""
+AdamW steps on one device and under HybridGPT with experts, compared name by name."""
 import numpy as np
 
 import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
-from parallel.hybrid import ExpertParallelGPT
+from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
 # The attention key bias's gradient is 0 in exact arithmetic (softmax ignores a shift shared by all
@@ -40,10 +40,11 @@ def single_device(config, data, lr=3e-2):
     return steps, {name: p.data.copy() for name, p in model.named_parameters()}
 
 
-def expert_parallel(config, data, world, dp, ep, microbatches=1, lr=3e-2):
-    """The same as single_device under ExpertParallelGPT(Mesh(dp, ep=ep)) on `world`."""
+def expert_parallel(config, data, world, dp, ep, microbatches=1, lr=3e-2, tp=1, pp=1, **switches):
+    """The same as single_device under HybridGPT(Mesh(dp, tp, pp, ep=ep)) on `world`; switches:
+    HybridGPT's (schedule, chunks, checkpoint_activations, ...)."""
     mt.manual_seed(0)
-    model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(dp, world=world, ep=ep), microbatches)
+    model = HybridGPT(GPT(config, dtype=np.float64), Mesh(dp, tp, pp, world=world, ep=ep), microbatches, **switches)
     model.configure_optimizer(lr=lr)
     steps = []
     for idx, targets in data:

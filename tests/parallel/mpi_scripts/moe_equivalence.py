@@ -1,6 +1,6 @@
 """Under mpiexec: Group.all_to_all with uneven splits on real ranks, then the MoE GPT under
-ExpertParallelGPT(dp = world, ep = argv[1]) against one device, dropless and with capacity.
-Prints "rank R ok" and the worst difference."""
+HybridGPT(Mesh(dp, tp, pp, ep=ep)) (argv: dp tp pp ep) against one device, dropless and with
+capacity. Prints "rank R ok" and the worst difference."""
 import sys
 
 import numpy as np
@@ -18,11 +18,12 @@ expected = [[s, rank, j] for s in range(n) for j in range((s + rank) % 3)]
 assert got.tolist() == expected, (got, expected)
 assert world.stats()["all_to_all"]["bytes"] == (rows.shape[0] - send[rank]) * 3 * 8
 
-ep = int(sys.argv[1])
+dp, tp, pp, ep = map(int, sys.argv[1:5])
 worst = 0.0
 for capacity in (None, 1.0):
     config = moe_config(n_experts=2 * ep, top_k=2, capacity_factor=capacity)
-    data = batches(3, batch=2 * n)
-    worst = max(worst, worst_difference(single_device(config, data), expert_parallel(config, data, world, n, ep)))
+    data = batches(3, batch=4 * dp)
+    parallel_run = expert_parallel(config, data, world, dp, ep, microbatches=2, tp=tp, pp=pp)
+    worst = max(worst, worst_difference(single_device(config, data), parallel_run))
 assert worst < 1e-9, worst
 print(f"rank {rank} ok, worst {worst:.1e}", flush=True)

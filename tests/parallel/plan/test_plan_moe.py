@@ -6,7 +6,7 @@ import pytest
 import minitensor as mt
 from minitensor.models.gpt import GPT, GPTConfig
 from parallel.comm import run_threads
-from parallel.hybrid import ExpertParallelGPT
+from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 from parallel.plan.model import dense_param_count, matmul_weight_count
 from parallel.plan.moe import (
@@ -46,7 +46,7 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
 
     def step():
         mt.manual_seed(0)
-        model = ExpertParallelGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
+        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
         model.reset_communication_stats()
         model.train_step(idx, idx)
         me = model.mesh.ep_rank
