@@ -7,6 +7,8 @@ seconds per byte). On n ranks, n−1 steps of one message of N/n bytes each:
     ring all-reduce                 2(n−1)(α + N/n·β)   reduce-scatter, then all-gather
     all-gather, reduce-scatter      (n−1)(α + N/n·β)
     send / recv                     α + N·β
+    all-to-all (pairwise)           (n−1)α + S·β        S: the bytes this rank sends to the
+                                                        others; it receives at the same time
 
 The bytes each rank moves are those Group.stats() counts, so modelled time and counted
 bytes cannot disagree. This module imports nothing.
@@ -30,3 +32,8 @@ def all_gather(n, nbytes, alpha, beta):
 
 def send_recv(nbytes, alpha, beta):
     return alpha + nbytes * beta
+
+
+def all_to_all(n, sent_bytes, alpha, beta):
+    """Pairwise exchange: n − 1 messages, one to each other rank, of this rank's sent bytes in all."""
+    return (n - 1) * alpha + sent_bytes * beta

@@ -7,7 +7,8 @@ than its start plus the time the link would need:
     modelled  = the planner's α–β formula for the operation (parallel.plan.cost):
                 all-reduce 2(n−1)(α + N/n·β), all-gather and reduce-scatter (n−1)(α + N/n·β),
                 send/recv α + N·β (N: the bytes of the whole buffer, α: seconds per message,
-                β: seconds per byte); broadcast is charged as the scatter + all-gather
+                β: seconds per byte), all-to-all (n−1)α + S·β (S: the bytes this rank sends
+                to the others, as Group.stats() counts them); broadcast is charged as the scatter + all-gather
                 broadcast (van de Geijn), i.e. an all-reduce's time; barrier and split as an
                 all-reduce of nothing, 2(n−1)α
     completes = max(actual completion, start + modelled)
@@ -29,7 +30,7 @@ Per kind of operation the group records (`link_stats()`):
 import math
 import time
 
-from ..alpha_beta import all_gather, ring_all_reduce, send_recv
+from ..alpha_beta import all_gather, all_to_all, ring_all_reduce, send_recv
 from .group import Group
 from .request import Pending
 
@@ -70,13 +71,16 @@ class Link:
 
     def seconds(self, kind, n, nbytes):
         """Modelled time of one operation of `kind` on `n` ranks with a buffer of `nbytes`
-        (all_gather: the gathered bytes; reduce_scatter: the unscattered bytes)."""
+        (all_gather: the gathered bytes; reduce_scatter: the unscattered bytes; all_to_all:
+        the bytes this rank sends to the others)."""
         if n == 1 and kind not in ("send", "recv"):
             return 0.0
         if kind in ("all_gather", "reduce_scatter"):
             return all_gather(n, nbytes, self.alpha, self.beta)
         if kind in ("send", "recv"):
             return send_recv(nbytes, self.alpha, self.beta)
+        if kind == "all_to_all":
+            return all_to_all(n, nbytes, self.alpha, self.beta)
         if kind in ("all_reduce", "broadcast"):
             return ring_all_reduce(n, nbytes, self.alpha, self.beta)
         return ring_all_reduce(n, 0, self.alpha, self.beta)  # barrier, split
@@ -187,6 +191,10 @@ class LinkGroup(Group):
         pending = self.inner._isplit(color, key)
         wrapped = Pending(pending.poll, lambda: LinkGroup(pending.finish(), self.link), pending.missing)
         return self._delayed("split", 0, wrapped)
+
+    def _iall_to_all(self, buf, send, out, recv):
+        sent = (buf.shape[0] - send[self.rank]) * (buf.nbytes // max(buf.shape[0], 1))  # rows to the others
+        return self._delayed("all_to_all", sent, self.inner._iall_to_all(buf, send, out, recv))
 
     def _isend(self, buf, dst, tag):
         return self._delayed("send", buf.nbytes, self.inner._isend(buf, dst, tag))

@@ -168,8 +168,8 @@ def check_expert_args(args):
               f"--compress {args.compress}" if args.compress != "none" else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None,
-              f"--link {args.link}" if args.link else None, "--trace" if args.trace else None]
+              "--trace" if args.trace else None]
     others = [o for o in others if o]
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --checkpoint-activations, --save and --resume")
+                         f"with --tp, --pp (any schedule), --checkpoint-activations, --link, --save and --resume")

@@ -33,7 +33,8 @@ def every_operation(group, seed):
            "ring": group.all_reduce(x.copy(), algorithm="ring"),
            "all_gather": group.all_gather(x[:3]),
            "reduce_scatter": group.reduce_scatter(np.arange(4.0 * n) * (rank + 1)),
-           "broadcast": group.broadcast(x.copy(), root=n - 1)}
+           "broadcast": group.broadcast(x.copy(), root=n - 1),
+           "all_to_all": group.all_to_all(np.arange(6.0 * n).reshape(2 * n, 3) * (rank + 1))}
     if n > 1:
         buf = np.empty(5)
         if rank == 0:
@@ -102,6 +103,22 @@ def test_every_operation_takes_at_least_its_modelled_time():
     modelled = link.seconds("all_reduce", 2, 8000)
     for blocking, non_blocking in run(2, rank_fn):
         assert blocking >= modelled and non_blocking >= modelled
+
+
+def test_an_all_to_all_takes_a_message_per_peer_and_the_bytes_it_sends():
+    link = Link("slow", 0.01, 1e-6)
+
+    def rank_fn():
+        group = LinkGroup(parallel.world(), link)
+        rows = np.zeros((5, 100))  # 8 bytes × 100 per row; rank r keeps send[r] rows itself
+        send = [1, 4] if group.rank == 0 else [2, 3]
+        recv = [1, 2] if group.rank == 0 else [4, 3]
+        start = time.monotonic()
+        group.all_to_all(rows, send, recv)
+        return time.monotonic() - start, group.link_stats()["all_to_all"]["modelled_s"]
+    (took_0, modelled_0), (took_1, modelled_1) = run(2, rank_fn)
+    assert modelled_0 == pytest.approx(0.01 + 4 * 800 * 1e-6) and modelled_1 == pytest.approx(0.01 + 2 * 800 * 1e-6)
+    assert took_0 >= modelled_0 and took_1 >= modelled_1
 
 
 def test_a_split_group_is_on_the_same_link_and_loopback_delays_nothing():
