@@ -28,7 +28,8 @@ from minitensor.optim import AdamW
 from parallel.comm import run_threads
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
-from parallel.plan.moe import active_param_count, all_to_all_bytes, moe_param_count
+from parallel.plan.model import dense_param_count
+from parallel.plan.moe import active_param_count, all_to_all_bytes
 
 SIZES = dict(n_layer=2, n_head=4, d_model=32)
 BATCH, LR = 32, 3e-3
@@ -98,6 +99,6 @@ def main(argv=None):
                       (f"MoE E={args.experts} top-1, α=0.01", config(task, args.experts, 0.01))):
         seconds, loss, load = train(cfg, task, args.steps)
         balance = f"{load_balance(load):.2f}" if cfg.n_experts else "-"
-        print(f"{name:<28}{moe_param_count(cfg):>9,}{active_param_count(cfg):>9,}{seconds * 1e3:>9.1f}{loss:>8.3f}"
+        print(f"{name:<28}{dense_param_count(cfg):>9,}{active_param_count(cfg):>9,}{seconds * 1e3:>9.1f}{loss:>8.3f}"
               f"{balance:>15}", flush=True)
     return 0 if counted == formula else 1

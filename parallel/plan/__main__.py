@@ -28,6 +28,7 @@ from . import cluster_cli
 from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
 from .memory import memory_per_rank, micro_batch_size
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
+from .moe import active_param_count
 from .profiles import load_profile, packaged_profiles
 from .search import MAX_SEARCH_STEPS, longest_sequence, plan
 
@@ -64,6 +65,11 @@ def build_parser():
     parser.add_argument("--config", choices=sorted(CONFIGS), help="named model config")
     parser.add_argument("--model", choices=["gpt", "bert"], default="gpt",
                         help="bert: the same blocks, a segment embedding and an MLM head tied to the embedding")
+    parser.add_argument("--experts", type=int, help="a mixture of experts: E expert MLPs in every --moe-every-th "
+                        "block; the search also tries expert parallelism (ep dividing dp and E)")
+    parser.add_argument("--top-k", type=int, default=2, help="experts each token runs (with --experts; default 2)")
+    parser.add_argument("--moe-every", type=int, default=1, help="every M-th block is a mixture of experts "
+                        "(with --experts; default 1: all)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
     parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")
@@ -116,6 +122,10 @@ def model_config(args, parser):
     if not args.config and len(given) < len(DIMS):
         missing = [f"--{arg.replace('_', '-')}" for arg, f in DIMS.items() if f not in given]
         parser.error(f"give --config or all model dims; missing {' '.join(missing)}")
+    if args.experts:
+        if args.model == "bert" or args.top_k > args.experts:
+            parser.error(f"--experts {args.experts} needs --model gpt and --top-k {args.top_k} ≤ --experts")
+        given.update(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every)
     try:
         config = replace(get_config(args.config), **given) if args.config else GPTConfig(**given)
     except ValueError as error:  # the one left after the flag checks: "d_model=1001 is not divisible by n_head=8"
@@ -153,7 +163,7 @@ def format_table(estimates):
 
 
 POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
-                 "max_cp", "local_steps")
+                 "max_cp", "local_steps", "experts", "top_k", "moe_every")
 
 
 def main(argv=None):
@@ -192,7 +202,8 @@ def main(argv=None):
                                   for est in result.ranked[:args.top]], "--simulate", parser)
     precision = get_precision(dtype)
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
-    print(f"model {config} = {dense_param_count(config):,} parameters")
+    active = f" ({active_param_count(config):,} active per token)" if getattr(config, "n_experts", 0) else ""
+    print(f"model {config} = {dense_param_count(config):,} parameters{active}")
     print(f"{args.devices} × {profile['name']} ({gib(limit)} GiB each), global batch {batch}, "
           f"schedule {args.schedule}")
     print(f"dtype {dtype}: {precision.param_bytes} + {precision.grad_bytes} + "

@@ -27,6 +27,11 @@ cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees 
     recomputes the forward). They overlap the block's attention compute (each send is
     issued before the block before it is computed), so only the excess is charged:
     max(0, ring time − attention time). The dp gradients are reduced over dp·cp ranks.
+A mixture of experts: an MoE block's router and each token's k experts run whole on every
+tp rank (2·(h·E + k·2·h·f) flops per token and pass, not divided by tp); per MoE block and
+micro-batch over ep ranks, the counts and two row all-to-alls forward and two backward
+(moe.all_to_all_seconds), and the experts' gradients are all-reduced over edp = dp/ep ranks
+beside the dense ones over dp.
 The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
 t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
 a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
@@ -43,7 +48,8 @@ from .compress import dp_time as dp_communication
 from .compress import stage_matrices
 from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
-from .model import param_count, stage_layers
+from .model import expert_params_on_stage, is_moe_block, param_count, stage_blocks, stage_layers
+from .moe import all_to_all_seconds
 from .profiles import load_profile, peak_flops
 
 
@@ -54,13 +60,24 @@ def link(profile, stride, size):
     return kind, figures["alpha_us"] * 1e-6, 1 / (figures["bandwidth_gbps"] * 1e9)
 
 
-def stage_flops(config, layers, tokens, tp, checkpoint, last):
-    """Training flops of one micro-batch on one tp rank of a stage (see module doc)."""
+def block_flops(config, index, tokens, tp, passes):
+    """Flops of block `index` for `tokens` tokens on one tp rank, over `passes` passes."""
     h, s = config.d_model, config.block_size
+    attention = 2 * 4 * h * h * tokens + 4 * s * h * tokens  # q, k, v, proj; QKᵀ and AV
+    if not is_moe_block(config, index):
+        return passes * (attention + 2 * 8 * h * h * tokens) / tp
+    # the router and each token's k experts, whole on every tp rank (the experts are not split)
+    experts = 2 * (h * config.n_experts + config.top_k * 2 * h * config.mlp_width) * tokens
+    return passes * (attention / tp + experts)
+
+
+def stage_flops(config, layers, tokens, tp, checkpoint, last, first_block=0):
+    """Training flops of one micro-batch on one tp rank of a stage holding blocks
+    first_block .. first_block + layers - 1 (see module doc)."""
     passes = 4 if checkpoint else 3        # forward = 1 pass, backward = 2 passes
-    block = passes * (2 * 12 * h * h * tokens + 4 * s * h * tokens)
-    head = 6 * config.vocab_size * h * tokens if last else 0
-    return (layers * block + head) / tp
+    blocks = sum(block_flops(config, i, tokens, tp, passes) for i in range(first_block, first_block + layers))
+    head = 6 * config.vocab_size * config.d_model * tokens / tp if last else 0
+    return blocks + head
 
 
 def ring_time(config, layout, b, rate, alpha, beta, bytes_per_element):
@@ -99,14 +116,33 @@ class Estimate:
         return f"{worst} {pct:.2g}%" if pct else "no overhead"
 
 
+def check_experts_layout(config, layout):
+    """What HybridGPT composes with a mixture of experts (ValueError otherwise)."""
+    if getattr(config, "n_experts", 0):
+        if config.n_experts % layout.ep:
+            raise ValueError(f"n_experts={config.n_experts} is not divisible by ep={layout.ep}")
+        if layout.zero or layout.sequence_parallel or layout.cp > 1:
+            raise ValueError(f"a mixture of experts under {layout.name()} {layout.flags()}: ZeRO, sequence "
+                             "parallelism and cp are not composed with experts")
+    elif layout.ep > 1:
+        raise ValueError(f"ep={layout.ep} needs a mixture of experts (config.n_experts > 0)")
+
+
 def dp_seconds(config, layout, profile, precision, balance=None, compress="none", local_steps=1):
     """(seconds, explanation) of one step's dp × cp communication, on the largest stage's
     parameters: the gradient reduction, and ZeRO's parameter all-gathers."""
     p, m, replicas = layout.pp, layout.micro_batches, layout.dp * layout.cp
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, replicas)
-    counts = [param_count(config, layout.tp, p, i, balance) for i in range(p)]
+    counts = [param_count(config, layout.tp, p, i, balance, layout.ep) for i in range(p)]
     stage = max(range(p), key=counts.__getitem__)  # the first of the largest stages
     count = counts[stage]
+    experts = expert_params_on_stage(config, p, stage, balance, layout.ep)  # reduced over edp = dp/ep instead
+    expert_time = 0.0
+    if experts:
+        edp = layout.dp // layout.ep
+        _, edp_alpha, edp_beta = link(profile, layout.tp * layout.ep, edp)  # edp: every ep-th dp rank
+        expert_time = ring_all_reduce(edp, experts * precision.grad_bytes, edp_alpha, edp_beta)
+        count -= experts
     grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
     # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
     gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
@@ -122,7 +158,11 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
         dp_time, dp_how = dp_communication(
             count, stage_matrices(config, layout.tp, p, stage, balance),
             replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
-    return dp_time, f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) = {dp_time:.4g} s"
+    line = f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) = {dp_time:.4g} s"
+    if experts:
+        line += (f"; experts: all-reduce of {experts * precision.grad_bytes} B over edp = "
+                 f"{layout.dp // layout.ep} ranks = {expert_time:.4g} s")
+    return dp_time + expert_time, line
 
 
 def estimate(config, layout, batch, profile, dtype="float32", balance=None, compress="none", local_steps=1):
@@ -132,6 +172,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     value) and `local_steps` change the dp communication (plan.compress)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     precision = get_precision(dtype)
+    check_experts_layout(config, layout)
     b = micro_batch_size(batch, layout)
     s, h, m, p, cp = config.block_size, config.d_model, layout.micro_batches, layout.pp, layout.cp
     tokens = b * s // cp
@@ -154,6 +195,11 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
         cp_block = ring_time(config, layout, b, rate, cp_alpha, cp_beta, precision.activation_bytes)
         lines.append(f"cp ring ({cp_kind}): exposed {cp_block:.3g} s per block and micro-batch")
     pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
+    ep_kind, ep_alpha, ep_beta = link(profile, layout.tp * cp, layout.ep)  # an ep group: consecutive dp ranks
+    ep_layer = all_to_all_seconds(config, tokens, layout.ep, precision.activation_bytes, ep_alpha, ep_beta,
+                                  layout.checkpoint)
+    if layout.ep > 1:
+        lines.append(f"ep all-to-alls ({ep_kind}): {ep_layer:.3g} s per MoE block and micro-batch")
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
                  f"= {rate:.3g} flop/s")
     lines.append(f"activation message b·s·h·{precision.activation_bytes} B = {activation} B; "
@@ -161,26 +207,29 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
 
     stage_times = []
     for stage, count in enumerate(layers):
-        flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1)
+        blocks = stage_blocks(config, p, stage, balance)
+        flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1, blocks.start)
         compute = flops / rate
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
-        stage_times.append((compute + tp_mb + cp_mb + pp_mb, compute, tp_mb, cp_mb))
+        ep_mb = sum(is_moe_block(config, i) for i in blocks) * ep_layer
+        stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb))
         lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
                      f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "
                      f"= {tp_mb:.4g} s; pp 2 × p2p = {pp_mb:.4g} s")
     slowest = max(range(p), key=lambda i: stage_times[i][0])
-    t_stage, compute_mb, tp_mb, cp_mb = stage_times[slowest]
+    t_stage, compute_mb, tp_mb, cp_mb, ep_mb = stage_times[slowest]
 
     dp_time, dp_line = dp_seconds(config, layout, profile, precision, balance, compress, local_steps)
     lines.append(dp_line)
 
-    comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {})}
+    comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {}),
+            **({"ep": m * ep_mb} if layout.ep > 1 else {})}
     slots = bubble_slots(layout.schedule, p, m, layout.checkpoint)
     time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
                  f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}"
-                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}) + "
+                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}{f' + ep {ep_mb:.4g}' if layout.ep > 1 else ''}) + "
                  f"{dp_time:.4g} = {time['comm']:.4g} s")
     lines.append(f"bubble = {slots:.4g}·t_stage ({layout.schedule}) = {slots:.4g}·{t_stage:.4g} = "
                  f"{time['bubble']:.4g} s (fraction {slots / (m + slots):.3f} of the pipelined time)")
@@ -197,7 +246,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
 
 def memory_lines(config, layout, b, stage, precision, balance):
     """How the peak stage's memory figures come about, for --explain."""
-    count = param_count(config, layout.tp, layout.pp, stage, balance)
+    count = param_count(config, layout.tp, layout.pp, stage, balance, layout.ep)
     layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
     kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
                                   layout.checkpoint, precision.name, layout.cp)

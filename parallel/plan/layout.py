@@ -81,12 +81,15 @@ class Layout:
     zero: int = 0                     # ZeRO stage over dp: 1 states, 2 + gradients, 3 + parameters
     schedule: str = "1f1b"
     cp: int = 1                       # context parallel: the sequence split over cp ranks, ring attention
+    ep: int = 1                       # expert parallel (a mixture of experts): splits each dp group, E/ep experts per rank
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "micro_batches", "cp"):
+        for name in ("dp", "tp", "pp", "micro_batches", "cp", "ep"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Layout.{name} must be a positive int, got {value!r}")
+        if self.dp % self.ep or (self.ep > 1 and self.cp > 1):
+            raise ValueError(f"Layout: ep={self.ep} must divide dp={self.dp} (and needs cp=1), as parallel.Mesh's")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
         if self.sequence_parallel and self.tp == 1:
@@ -97,7 +100,8 @@ class Layout:
         return self.dp * self.tp * self.pp * self.cp
 
     def name(self):
-        return f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "")
+        return (f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "")
+                + (f"·ep{self.ep}" if self.ep > 1 else ""))
 
     def flags(self):
         names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), (f"zero{int(self.zero)}", self.zero),

@@ -10,7 +10,8 @@ Large Transformer Models"), per block and micro-batch, at 2 bytes per element:
                                plus one block's full activations while it is recomputed.
 The 34 counts 1-byte dropout masks the model here does not have, so the figure is a
 slight over-estimate. Other dtypes scale the formula by bytes/2. The last stage's
-logits are not counted.
+logits are not counted. A mixture-of-experts block is counted as a dense one: an
+under-estimate, since each token's k expert MLPs and the dispatched copies keep more.
 
 Context parallelism (cp ranks, ring attention) gives each rank s/cp of the tokens, so every
 per-token term divides by cp. The attention probabilities (the 5·a·s/h term) are not kept
@@ -32,7 +33,7 @@ def _coords(rank_coords):
 
 
 def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
-                         zero=0, balance=None, cp=1):
+                         zero=0, balance=None, cp=1, ep=1):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
@@ -56,6 +57,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     master gradient: the 16-bit full gradients live only until their reduce-scatter), so a
     mixed policy holds per parameter 2 + (4 + 12)/R bytes under ZeRO-2 and (2 + 4 + 12)/R
     under ZeRO-3, beside the paper's 2 + 2 + 12 with 16-bit gradient chunks.
+    A mixture of experts (ep: expert parallelism) holds E/ep experts per MoE block (model.py).
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -63,7 +65,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
     replicas = dp * cp
-    units = unit_param_counts(config, tp, pp, pp_rank, balance)
+    units = unit_param_counts(config, tp, pp, pp_rank, balance, ep)
     count, sharded = sum(units), sum(-(-unit // replicas) for unit in units)
     optim_count = {0: count, 1: -(-count // replicas)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
@@ -128,7 +130,7 @@ def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32
     """{"params", "grads", "optim", "gathered", "activations", "total"} bytes of one rank."""
     _, _, stage = _coords(rank_coords)
     memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
-                                  layout.zero, balance, layout.cp)
+                                  layout.zero, balance, layout.cp, layout.ep)
     if layout.zero == 3:
         memory["gathered"] = gathered_unit_bytes(config, layout, stage, dtype, balance)
     memory["activations"] = activation_bytes_per_rank(

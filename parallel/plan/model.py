@@ -76,12 +76,44 @@ def block_param_count(d_model, tp=1):
     return layer_norms + qkv + attn_proj + mlp_fc + mlp_proj
 
 
-def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None):
+def is_moe_block(config, index):
+    """Whether block `index` of the model has a mixture-of-experts MLP."""
+    return bool(getattr(config, "n_experts", 0)) and config.is_moe(index)
+
+
+def expert_param_count(config):
+    """One expert MLP: fc (d·f + f) and proj (f·d + d), f = config.mlp_width."""
+    d, f = config.d_model, config.mlp_width
+    return 2 * d * f + f + d
+
+
+def moe_block_param_count(config, tp=1, ep=1):
+    """A mixture-of-experts block on one rank: LayerNorms and attention as in a dense block;
+    the router (d·E, no bias) and this ep rank's E/ep experts, whole on every tp rank."""
+    d = config.d_model
+    attention = 2 * (2 * d) + 3 * (d * d + d) // tp + d * d // tp + d
+    return attention + d * config.n_experts + config.n_experts // ep * expert_param_count(config)
+
+
+def stage_blocks(config, pp, stage, balance=None):
+    """The global indices of the blocks pipeline `stage` holds."""
+    layers = stage_layers(config.n_layer, pp, balance)
+    first = sum(layers[:stage])
+    return range(first, first + layers[stage])
+
+
+def expert_params_on_stage(config, pp=1, stage=0, balance=None, ep=1):
+    """Expert parameters one rank holds at `stage`: its E/ep experts of each MoE block there."""
+    moe = sum(is_moe_block(config, i) for i in stage_blocks(config, pp, stage, balance))
+    return moe * config.n_experts // ep * expert_param_count(config) if moe else 0
+
+
+def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None, ep=1):
     """Parameters of each ZeRO-2/3 unit one rank holds at pipeline `stage`, in forward
     order: tok_emb shard, pos_emb (stage 0), each block, ln_f, lm_head shard (last stage);
-    a BERT's seg_emb first, its MLM head and (with pp > 1) tok_emb's copy last."""
+    a BERT's seg_emb first, its MLM head and (with pp > 1) tok_emb's copy last. A mixture
+    of experts' blocks hold E/ep experts each (moe_block_param_count)."""
     check_tp(config, tp)
-    layers = stage_layers(config.n_layer, pp, balance)
     if not 0 <= stage < pp:
         raise ValueError(f"stage={stage} out of range for pp={pp}")
     d, vocab = config.d_model, padded_size(config.vocab_size, tp)
@@ -91,12 +123,14 @@ def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None):
     last = [2 * d, vocab // tp * d] if stage == pp - 1 else []            # ln_f, lm_head shard
     if stage == pp - 1 and bert:  # ln_f, MLM head (dense, LayerNorm, bias shard), the tied tok_emb's copy
         last = [2 * d, d * d + 3 * d + vocab // tp] + ([vocab // tp * d] if pp > 1 else [])
-    return first + [block_param_count(d, tp)] * layers[stage] + last
+    blocks = [moe_block_param_count(config, tp, ep) if is_moe_block(config, i) else block_param_count(d, tp)
+              for i in stage_blocks(config, pp, stage, balance)]
+    return first + blocks + last
 
 
-def param_count(config, tp=1, pp=1, stage=0, balance=None):
-    """Parameters held by one rank at pipeline `stage` of a tp × pp model (any dp)."""
-    return sum(unit_param_counts(config, tp, pp, stage, balance))
+def param_count(config, tp=1, pp=1, stage=0, balance=None, ep=1):
+    """Parameters held by one rank at pipeline `stage` of a tp × pp (× ep) model (any dp)."""
+    return sum(unit_param_counts(config, tp, pp, stage, balance, ep))
 
 
 def dense_param_count(config):

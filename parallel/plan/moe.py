@@ -1,11 +1,12 @@
 """The planner's arithmetic of a mixture-of-experts GPT (minitensor.nn.moe, parallel.expert_parallel):
 parameters, FLOPs per token (a token runs only its k experts), expert memory per rank under ep,
-and the all-to-all traffic and its α–β time. Ranking layouts with ep (search.py) is left for
-later: these are the numbers it will need.
+and the all-to-all traffic and its α–β time. The layout search (search.py, cost.py) ranks
+layouts with ep from these and model.py's per-rank counts (moe_block_param_count).
 
     expert        fc (d·f + f) + proj (f·d + d), f = config.mlp_width
     MoE layer     the router d·E and E experts, in place of one MLP
-    total         dense_param_count + Σ over MoE layers (d·E + E·expert − MLP)
+    total         model.dense_param_count: all parameters of the single-device model, each MoE
+                  block with d·E + E·expert in place of its MLP (model.moe_block_param_count)
     active        total − Σ over MoE layers (E − k)·expert: what one token's forward touches
     FLOPs/token   6 · the matmul weights a token multiplies (forward 2, backward 4 per weight):
                   the dense ones, with each MoE layer's MLP replaced by its router and k experts
@@ -17,7 +18,8 @@ later: these are the numbers it will need.
 """
 import math
 
-from .model import dense_param_count, matmul_weight_count
+from ..alpha_beta import all_to_all
+from .model import dense_param_count, expert_param_count, matmul_weight_count
 
 COUNT_BYTES = 8  # the per-expert row counts travel as int64
 
@@ -27,21 +29,9 @@ def moe_layers(config):
     return sum(config.is_moe(layer) for layer in range(config.n_layer))
 
 
-def expert_param_count(config):
-    d, f = config.d_model, config.mlp_width
-    return 2 * d * f + f + d
-
-
-def moe_param_count(config):
-    """All parameters of the single-device MoE GPT (the dense count when n_experts = 0)."""
-    d, dense_mlp = config.d_model, 8 * config.d_model ** 2 + 5 * config.d_model  # plan.model's MLP: f = 4d
-    per_layer = d * config.n_experts + config.n_experts * expert_param_count(config) - dense_mlp
-    return dense_param_count(config) + moe_layers(config) * per_layer
-
-
 def active_param_count(config):
     """Parameters one token's forward uses: only k experts of each MoE layer."""
-    return moe_param_count(config) - moe_layers(config) * (config.n_experts - config.top_k) * expert_param_count(config)
+    return dense_param_count(config) - moe_layers(config) * (config.n_experts - config.top_k) * expert_param_count(config)
 
 
 def flops_per_token(config):
@@ -71,6 +61,14 @@ def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4):
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
-def all_to_all_seconds(ep, nbytes, alpha, beta):
-    """α–β time of the step's all-to-all bytes: each of the 5 exchanges per layer is ep − 1 messages."""
-    return 5 * (ep - 1) * alpha + nbytes * beta if ep > 1 else 0.0
+def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, checkpoint=False):
+    """α–β seconds of one MoE layer's all-to-alls for one micro-batch of `tokens` tokens per
+    rank, dropless and balanced: forward the counts and two row exchanges (dispatch, combine),
+    backward two more; checkpointing recomputes the forward's. Each exchange is pairwise:
+    (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
+    if ep == 1:
+        return 0.0
+    rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
+    exchange = all_to_all(ep, rows * config.d_model * itemsize, alpha, beta)
+    counts = all_to_all(ep, (config.n_experts - config.n_experts // ep) * COUNT_BYTES, alpha, beta)
+    return (2 if checkpoint else 1) * (counts + 2 * exchange) + 2 * exchange

@@ -4,7 +4,9 @@ A layout is dp × tp × pp (× cp) = devices with: tp dividing n_head (hence d_m
 tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
 dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
 (2·cp chunks). For each: every micro-batch count m, checkpointing on/off, sequence parallel
-on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1).
+on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1). A mixture of experts also
+tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO,
+which HybridGPT does not compose with experts.
 
 `longest_sequence` answers the other question: the longest sequence some layout fits.
 
@@ -61,22 +63,32 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
                 yield dp, tp, pp, cp
 
 
-def flag_choices(tp, replicas):
-    """(checkpoint, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1."""
+def flag_choices(tp, replicas, experts=False):
+    """(checkpoint, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1;
+    with experts neither."""
     return [(checkpoint, sp, zero) for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3))
-            if not (sp and tp == 1) and not (zero and replicas == 1)]
+            if not (sp and (tp == 1 or experts)) and not (zero and (replicas == 1 or experts))]
 
 
-def candidate_layouts(dp, tp, pp, batch, schedule, cp=1):
-    for m in divisors(batch // dp):
-        for checkpoint, sp, zero in flag_choices(tp, dp * cp):
-            yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp)
+def expert_parallel_sizes(config, dp, cp):
+    """The ep a grid can take: 1, and with experts every divisor of dp and E (when cp = 1)."""
+    experts = getattr(config, "n_experts", 0)
+    return [ep for ep in divisors(dp) if ep == 1 or (experts and experts % ep == 0 and cp == 1)]
+
+
+def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1):
+    experts = bool(getattr(config, "n_experts", 0))
+    for ep in expert_parallel_sizes(config, dp, cp):
+        for m in divisors(batch // dp):
+            for checkpoint, sp, zero in flag_choices(tp, dp * cp, experts):
+                yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp, ep)
 
 
 def search_steps(config, grid_list, batch):
     """The steps costing every candidate of `grid_list` takes: pp² + n_layer per candidate."""
-    return sum(len(divisors(batch // dp)) * len(flag_choices(tp, dp * cp)) * (pp * pp + config.n_layer)
-               for dp, tp, pp, cp in grid_list)
+    experts = bool(getattr(config, "n_experts", 0))
+    return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp))
+               * len(flag_choices(tp, dp * cp, experts)) * (pp * pp + config.n_layer) for dp, tp, pp, cp in grid_list)
 
 
 def check_search_size(steps, searches=1):
@@ -104,7 +116,7 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
                            result.rejected, max_cp))
     check_search_size(search_steps(config, grid_list, batch), searches)
     for dp, tp, pp, cp in grid_list:
-        for layout in candidate_layouts(dp, tp, pp, batch, schedule, cp):
+        for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
                 continue

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..launch import launch_report
 from ..pipeline.timeline import Timeline, all_gather_events
-from ..plan.moe import moe_param_count
+from ..plan.model import dense_param_count
 
 RESTARTED = "PARALLEL_TRAIN_ONE_BLAS_THREAD"  # set by __main__ when it restarted with one BLAS thread
 
@@ -59,7 +59,7 @@ def startup_summary(args, model, group):
         + f", {args.steps} steps, peak lr {args.lr:g}, seed {args.seed}",
         mesh.describe().rsplit("\n", 1)[0],  # the grid, without rank 0's "this is rank 0" line
         "parameters per rank: " + ", ".join(f"{r}: {int(n):,}" for r, n in enumerate(counts))
-        + f"  (single device: {moe_param_count(config):,})",
+        + f"  (single device: {dense_param_count(config):,})",
     ]
     return "\n".join(lines)
 

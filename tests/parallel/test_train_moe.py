@@ -31,6 +31,7 @@ def test_check_equals_one_device(layout, capsys):
     (["--experts", "2", "--tp", "2", "--sequence-parallel", "--threads", "2"], "with --sequence-parallel"),
     (["--experts", "2", "--cp", "2", "--threads", "2"], "--experts 2 does not combine with --cp 2 yet"),
     (["--experts", "2", "--zero", "1", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 1"),
+    (["--experts", "2", "--trace"], "--experts 2 with --trace: routing reads the router's probabilities"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):

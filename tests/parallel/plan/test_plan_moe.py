@@ -1,5 +1,6 @@
-"""parallel.plan.moe: the counts equal the real MoE GPT's, and the all-to-all bytes formula
-equals what the ep group counts in a training step."""
+"""parallel.plan with a mixture of experts: the counts equal the real MoE GPT's, the bytes per
+rank what HybridGPT holds under ep, tp and pp, the all-to-all bytes formula what the ep group
+counts in a training step; the search tries every ep and the step time charges the all-to-alls."""
 import numpy as np
 import pytest
 
@@ -8,15 +9,19 @@ from minitensor.models.gpt import GPT, GPTConfig
 from parallel.comm import run_threads
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
+from parallel.plan import param_bytes_per_rank, plan
+from parallel.plan.cost import block_flops, estimate, link
+from parallel.plan.layout import Layout
 from parallel.plan.model import dense_param_count, matmul_weight_count
 from parallel.plan.moe import (
     active_param_count,
     all_to_all_bytes,
+    all_to_all_seconds,
     balanced_all_to_all_bytes,
     expert_bytes_per_rank,
     flops_per_token,
-    moe_param_count,
 )
+from parallel.plan.profiles import load_profile
 
 SIZES = dict(vocab_size=13, block_size=6, n_layer=3, n_head=2, d_model=8)
 
@@ -25,7 +30,7 @@ SIZES = dict(vocab_size=13, block_size=6, n_layer=3, n_head=2, d_model=8)
 def test_parameter_counts_equal_the_model(experts, top_k, every):
     config = GPTConfig(**SIZES, n_experts=experts, top_k=top_k, moe_every=every)
     model = GPT(config, dtype=np.float64)
-    assert moe_param_count(config) == model.num_parameters()
+    assert dense_param_count(config) == model.num_parameters()
     unused = sum(p.size for name, p in model.named_parameters() if ".experts." in name
                  and int(name.split(".experts.")[1].split(".")[0]) >= top_k)
     assert active_param_count(config) == model.num_parameters() - unused
@@ -36,7 +41,7 @@ def test_top_1_of_e_experts_costs_the_dense_flops_plus_the_router():
     moe = GPTConfig(**SIZES, n_experts=4, top_k=1)
     assert flops_per_token(dense) == 6 * matmul_weight_count(dense)
     assert flops_per_token(moe) - flops_per_token(dense) == 6 * 3 * 8 * 4
-    assert moe_param_count(moe) > dense_param_count(dense)
+    assert dense_param_count(moe) > dense_param_count(dense)
     assert expert_bytes_per_rank(moe, ep=2) == 3 * 2 * (2 * 8 * 32 + 32 + 8) * 16
 
 
@@ -56,3 +61,50 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
     for formula, counted in run_threads(4, step):
         assert formula == counted
     assert balanced_all_to_all_bytes(config, tokens=12, ep=2, itemsize=8) == 3 * (4 * 12 * 8 * 8 + 2 * 8)
+
+
+MOE = GPTConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, d_model=8, n_experts=4, top_k=2)
+
+
+@pytest.mark.parametrize("dp, tp, pp, ep", [(2, 1, 1, 2), (4, 1, 1, 2), (2, 2, 1, 2), (2, 1, 2, 2), (1, 2, 2, 1)])
+def test_the_planners_bytes_per_rank_are_what_hybrid_gpt_holds_with_experts(dp, tp, pp, ep):
+    """Parameters, gradients and AdamW's state on every rank, after one synced step."""
+    def held():
+        model = HybridGPT(GPT(MOE, dtype=np.float32), Mesh(dp, tp, pp, ep=ep), microbatches=pp)
+        model.configure_optimizer()
+        model.train_step(*[np.random.default_rng(0).integers(0, 13, (4 * dp, 6))] * 2)
+        model.finish_grad_sync()
+        model.optimizer.step()
+        measured = {kind: model.memory_bytes()[kind] for kind in ("params", "grads", "optim")}
+        return measured, param_bytes_per_rank(MOE, dp, tp, pp, model.mesh.coords, "float32", ep=ep)
+    for measured, planned in run_threads(dp * tp * pp, held):
+        assert measured == planned
+
+
+def test_the_search_tries_every_ep_and_splits_experts_that_do_not_fit_on_one_rank():
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64, n_experts=8, top_k=2)
+    whole = param_bytes_per_rank(config, 4, 1, 1)
+    quarter = param_bytes_per_rank(config, 4, 1, 1, ep=4)
+    limit = (sum(whole.values()) + sum(quarter.values())) / 2  # the experts fit only when split
+    result = plan(config, devices=4, batch=8, profile="laptop-cpu", memory_bytes=limit)
+    pure_dp = [est.layout.ep for est in result.ranked if est.layout.dp == 4]  # tp and pp split the rest
+    assert 4 in pure_dp and 1 not in pure_dp
+    assert all(est.comm["ep"] > 0 for est in result.ranked if est.layout.ep > 1)
+    assert not any(est.layout.zero or est.layout.sequence_parallel for est in result.ranked)
+    roomy = plan(config, devices=4, batch=8, profile="laptop-cpu", memory_bytes=2**40)
+    assert {est.layout.ep for est in roomy.ranked} == {1, 2, 4}
+
+
+def test_the_step_time_charges_the_all_to_alls_and_the_experts_whole_on_every_tp_rank():
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64, n_experts=4, top_k=1)
+    dense = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64)
+    tokens, passes = 4 * 32, 3
+    # top-1 of 4 experts on tp = 2: the router (2·h·E) and one whole expert (2·8·h²) in place of
+    # the dense MLP's half (2·8·h²/2): the experts are not split over tp
+    moe_block, dense_block = block_flops(config, 0, tokens, 2, passes), block_flops(dense, 0, tokens, 2, passes)
+    assert moe_block - dense_block == pytest.approx(passes * (2 * 64 * 4 + 2 * 8 * 64 * 64 / 2) * tokens)
+    one, split = (estimate(config, Layout(dp=2, ep=ep), batch=8, profile="laptop-cpu") for ep in (1, 2))
+    assert "ep" not in one.comm and split.comm["ep"] == pytest.approx(
+        2 * all_to_all_seconds(config, tokens, 2, 4, *link(load_profile("laptop-cpu"), 1, 2)[1:]))
+    with pytest.raises(ValueError, match="ZeRO, sequence parallelism and cp are not composed with experts"):
+        estimate(config, Layout(dp=2, zero=1), batch=8, profile="laptop-cpu")
