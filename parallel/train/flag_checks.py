@@ -163,9 +163,6 @@ def check_expert_args(args):
         raise ValueError(f"{flag} with --precision {args.precision}: routing is a discrete choice, and 16-bit rounding "
                          f"that differs between layouts sends a token to another expert, so no tolerance compares "
                          f"the layout with one device; train experts in float32 or float64")
-    if args.trace:
-        raise ValueError(f"{flag} with --trace: routing reads the router's probabilities to choose each token's "
-                         f"experts, a data-dependent choice that a traced graph cannot replay; drop --trace")
     others = [f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
               f"--zero {args.zero}" if args.zero else None,
               f"--compress {args.compress}" if args.compress != "none" else None,
@@ -174,4 +171,4 @@ def check_expert_args(args):
     others = [o for o in others if o]
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --checkpoint-activations, --link, --save and --resume")
+                         f"with --tp, --pp (any schedule), --checkpoint-activations, --link, --trace, --save and --resume")

@@ -1,6 +1,8 @@
 """`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp or pp
 beside, equals one device under --check; a checkpoint reshards to another ep and to one device;
 every bad or not-yet-composed combination is exit status 2 with one line."""
+import json
+
 import pytest
 
 from parallel.train import main
@@ -31,7 +33,6 @@ def test_check_equals_one_device(layout, capsys):
     (["--experts", "2", "--tp", "2", "--sequence-parallel", "--threads", "2"], "with --sequence-parallel"),
     (["--experts", "2", "--cp", "2", "--threads", "2"], "--experts 2 does not combine with --cp 2 yet"),
     (["--experts", "2", "--zero", "1", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 1"),
-    (["--experts", "2", "--trace"], "--experts 2 with --trace: routing reads the router's probabilities"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):
@@ -48,3 +49,11 @@ def test_a_checkpoint_reshards_to_another_ep_and_to_one_device(tmp_path):
     for layout in (["--threads", "2", "--dp", "2", "--ep", "1"], ["--threads", "2", "--tp", "2"], []):
         resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000002")])["losses"]
         assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
+
+
+def test_the_trace_of_a_pipelined_mixture_of_experts_holds_every_rank(tmp_path):
+    trace = tmp_path / "trace.json"
+    main(TINY + ["--experts", "4", "--steps", "2", "--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2",
+                 "--microbatches", "2", "--trace", str(trace)])
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {event["pid"] for event in events if event.get("ph") == "X"} == {0, 1, 2, 3}
