@@ -24,7 +24,9 @@ parameters: it broadcasts them from rank 0 at construction and reduces the raw l
 gradients itself in `step()`. Use it on the plain model, NOT wrapped in DataParallel
 (which would all-reduce the gradients first: still correct, twice the traffic).
 Gradient accumulation needs no `no_sync()`: backward never communicates, so run several
-backward passes and step once. As in DataParallel, frozen parameters are not in the
+backward passes and step once. Stage 1 may shard some parameters over another group
+(`sections`): a mixture of experts' experts are replicated over the edp group, not dp, so
+their flat vector is cut over edp and their summed gradient divided by dp (hybrid/experts.py). As in DataParallel, frozen parameters are not in the
 flat vector (never communicated, never changed), and a trainable parameter without a
 gradient contributes zeros, so every rank stays in lockstep.
 """
@@ -36,6 +38,15 @@ from .ddp import broadcast_parameters
 from .reducer import Bucket, padded_length, refresh_compute_shard, values_chunk
 
 STAGES = (1, 2, 3)
+
+
+def flat_bucket(params, group, divisor):
+    """Stage 1's flat vector of `params`, zero-padded to group.size equal chunks; step() divides
+    the gradients' sum over `group` by `divisor`. Its buffer is made in step() and dropped at its
+    end: nothing flat between steps."""
+    bucket = Bucket(params, length=padded_length(sum(p.size for p in params), group.size))
+    bucket.shard_size, bucket.group, bucket.divisor, bucket.buffer = bucket.length // group.size, group, divisor, None
+    return bucket
 
 
 class ZeroOptimizer(Optimizer):
@@ -50,7 +61,7 @@ class ZeroOptimizer(Optimizer):
     parameters compute in 16 bits: the shards are then the float32 master weights)."""
 
     def __init__(self, params, group, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 stage=1, buckets=None):
+                 stage=1, buckets=None, sections=None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         if stage not in STAGES:
             raise ValueError(f"ZeroOptimizer: stage={stage!r} is not one of {STAGES}")
@@ -58,17 +69,22 @@ class ZeroOptimizer(Optimizer):
             raise ValueError(f"ZeroOptimizer: stage {stage} {'takes no' if stage == 1 else 'needs the'} buckets "
                              f"of a ShardedReducer")
         self.group, self.stage = group, stage
-        if stage == 1:
-            broadcast_parameters(self.params, group)
-        self.flat_params = [p for p in self.params if p.requires_grad]
+        trainable = [p for p in self.params if p.requires_grad]
+        if stage == 1:  # (params, group, divisor): one flat vector each, its chunks over its group
+            sections = [s for s in sections or [(trainable, group, group.size)] if s[0]]
+            broadcast_parameters([p for p in self.params if not p.requires_grad], group)
+            for section_params, section_group, _ in sections:
+                broadcast_parameters(section_params, section_group)
+            buckets = [flat_bucket(*section) for section in sections]
+        else:
+            for bucket in buckets:
+                bucket.group, bucket.divisor = group, group.size
+        self.flat_params = [p for bucket in buckets for p in bucket.params]
+        if sorted(map(id, self.flat_params)) != sorted(map(id, trainable)):
+            raise ValueError("ZeroOptimizer: the sections must hold every trainable parameter once")
         dtypes = sorted({str(p.dtype) for p in self.flat_params})
         if len(dtypes) != 1:
             raise ValueError(f"ZeroOptimizer needs trainable parameters of one dtype, got {dtypes}")
-        if stage == 1:
-            bucket = Bucket(self.flat_params, length=padded_length(sum(p.size for p in self.flat_params), group.size))
-            bucket.shard_size = bucket.length // group.size
-            bucket.buffer = None  # made in step() and dropped at its end: nothing flat between steps
-            buckets = [bucket]
         self.buckets = buckets
         self.numel = sum(b.numel for b in buckets)
         self.shard_size = sum(b.shard_size for b in buckets)
@@ -81,17 +97,18 @@ class ZeroOptimizer(Optimizer):
 
     @property
     def start(self):
-        """Stage 1: where this rank's chunk starts in the flat trainable parameters."""
+        """Stage 1 with one section: where this rank's chunk starts in the flat trainable parameters."""
         return self.group.rank * self.shard_size
 
     @property
     def shard(self):
-        """Stage 1: this rank's chunk [start, stop) of the flat trainable parameters (padding excluded)."""
+        """Stage 1 with one section: this rank's chunk [start, stop) of the flat trainable parameters
+        (padding excluded)."""
         return self.start, min(self.start + self.shard_size, self.numel)
 
     def mine(self, bucket):
         """This rank's chunk of a bucket's flat elements."""
-        return slice(self.group.rank * bucket.shard_size, (self.group.rank + 1) * bucket.shard_size)
+        return slice(bucket.group.rank * bucket.shard_size, (bucket.group.rank + 1) * bucket.shard_size)
 
     def step(self):
         self.step_count += 1
@@ -100,13 +117,14 @@ class ZeroOptimizer(Optimizer):
             if self.stage == 1:
                 bucket.allocate()
                 # exercise 04.4: the ZeRO-1 step
-                # hint: reduce-scatter the packed gradients and divide by the group size; update this rank's chunk
-                # hint: of the packed values with adamw_update and its moment shards; all-gather the chunks back.
-                grad_shard = self.group.reduce_scatter(bucket.pack()) / self.group.size
+                # hint: reduce-scatter the packed gradients over bucket.group and divide by bucket.divisor (its
+                # hint: size: the mean); update this rank's chunk of the packed values with adamw_update and its
+                # hint: moment shards (self.exp_avg[state], ...); all-gather the chunks back over bucket.group.
+                grad_shard = bucket.group.reduce_scatter(bucket.pack()) / bucket.divisor
                 param_shard = bucket.pack_values()[self.mine(bucket)].copy()
-                adamw_update(param_shard, grad_shard, self.exp_avg, self.exp_avg_sq, self.step_count, d["lr"],
-                             *d["betas"], d["eps"], d["weight_decay"])
-                bucket.unpack_values(self.group.all_gather(param_shard))
+                adamw_update(param_shard, grad_shard, self.exp_avg[state], self.exp_avg_sq[state], self.step_count,
+                             d["lr"], *d["betas"], d["eps"], d["weight_decay"])
+                bucket.unpack_values(bucket.group.all_gather(param_shard))
                 # end exercise
                 bucket.buffer = None  # the flat copy goes with the step (the chunks were locals)
                 continue

@@ -7,7 +7,7 @@ and load through them.
 """
 from ..comm.gather import gather_named_arrays
 from ..data_parallel.flat_units import gather_grad_shards
-from .experts import join_experts
+from .experts import join_experts, mean_over_replicas
 
 
 class DenseView:
@@ -49,9 +49,8 @@ class DenseView:
             for p in params:
                 p.grad = None
         local = {name: g / self.amp.scaler.scale for name, g in local.items()} if self.amp.scaler.enabled else local
-        if self.zero == 1:
-            group = self.mesh.dp_cp_group
-            local = {name: group.all_reduce(g) / group.size for name, g in local.items()}
+        if self.zero == 1:  # the dp × cp mean (experts: the edp sum / dp), as the optimizer takes it
+            local = {name: mean_over_replicas(name, g, self.mesh) for name, g in local.items()}
         return self._merge(local)
 
     def load_full_state_dict(self, state):

@@ -35,11 +35,24 @@ def start_as_one_model(named, mesh):
     broadcast_parameters(experts, mesh.edp_group)
 
 
+def replica_sections(named_masters, mesh):
+    """[(parameters, the group of their replicas, the divisor of their gradients' sum)] of the
+    trainable parameters: the dense ones over dp × cp (their mean), the experts over edp (/ dp).
+    The gradient reducers and ZeRO-1's flat vectors (data_parallel.zero) are cut along these."""
+    dense, experts = split_experts([(n, p) for n, p in named_masters if p.requires_grad])
+    return [(dense, mesh.dp_cp_group, mesh.dp_cp_group.size), (experts, mesh.edp_group, mesh.dp)]
+
+
 def gradient_reducers(named_masters, mesh):
     """(the dense parameters' Reducer over dp × cp, the experts' over edp, or None without experts)."""
-    dense, experts = split_experts([(n, p) for n, p in named_masters if p.requires_grad])
-    return (Reducer(dense[::-1], mesh.dp_cp_group),
-            Reducer(experts[::-1], mesh.edp_group, divisor=mesh.dp) if experts else None)
+    (dense, group, _), (experts, expert_group, divisor) = replica_sections(named_masters, mesh)
+    return Reducer(dense[::-1], group), Reducer(experts[::-1], expert_group, divisor=divisor) if experts else None
+
+
+def mean_over_replicas(name, grad, mesh):
+    """A raw local gradient (ZeRO-1 keeps them so) reduced as its parameter's replicas reduce it."""
+    group, divisor = (mesh.edp_group, mesh.dp) if is_expert(name) else (mesh.dp_cp_group, mesh.dp_cp_group.size)
+    return group.all_reduce(grad) / divisor
 
 
 def join_experts(local, mesh):

@@ -63,7 +63,7 @@ from ..pipeline.tied import TiedGradients
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
 from .dense_view import DenseView
-from .experts import gradient_reducers, start_as_one_model
+from .experts import gradient_reducers, replica_sections, start_as_one_model
 from .parallel_model import ParallelModel
 from .zero_units import UnitShards
 
@@ -94,9 +94,9 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         if int(zero) not in (0, 1, 2, 3):
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
         self.experts = getattr(config, "n_experts", 0)
-        if self.experts and zero:
-            raise ValueError(f"a mixture of experts under ZeRO-{int(zero)}: not composed yet (its experts are "
-                             f"replicated over edp, not dp); use zero=0")
+        if self.experts and int(zero) > 1:
+            raise ValueError(f"a mixture of experts under ZeRO-{int(zero)}: not composed yet (its gradients and "
+                             f"parameters would be sharded over edp, not dp); use zero=0 or 1")
         if self.experts % mesh.ep:
             raise ValueError(f"n_experts={self.experts} is not divisible by ep={mesh.ep}")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
@@ -178,8 +178,9 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         `self.optimizer`."""
         if self.zero:
             buckets = self.dp_reducer.buckets if self.zero > 1 else None
+            sections = replica_sections(self.named_master_parameters(), self.mesh) if self.zero == 1 else None
             self.optimizer = ZeroOptimizer(self.amp.masters, self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
-                                           self.zero, buckets)
+                                           self.zero, buckets, sections)
             self.amp.masters_to_params()  # it broadcast rank 0's masters: the compute copies follow
         else:
             self.optimizer = AdamW(self.amp.masters, lr, betas, eps, weight_decay)

@@ -121,8 +121,8 @@ def check_experts_layout(config, layout):
     if getattr(config, "n_experts", 0):
         if config.n_experts % layout.ep:
             raise ValueError(f"n_experts={config.n_experts} is not divisible by ep={layout.ep}")
-        if layout.zero or layout.sequence_parallel or layout.cp > 1:
-            raise ValueError(f"a mixture of experts under {layout.name()} {layout.flags()}: ZeRO, sequence "
+        if layout.zero > 1 or layout.sequence_parallel or layout.cp > 1:
+            raise ValueError(f"a mixture of experts under {layout.name()} {layout.flags()}: ZeRO-2/3, sequence "
                              "parallelism and cp are not composed with experts")
     elif layout.ep > 1:
         raise ValueError(f"ep={layout.ep} needs a mixture of experts (config.n_experts > 0)")

@@ -5,7 +5,7 @@ tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divi
 dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
 (2·cp chunks). For each: every micro-batch count m, checkpointing on/off, sequence parallel
 on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1). A mixture of experts also
-tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO,
+tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO-2/3,
 which HybridGPT does not compose with experts.
 
 `longest_sequence` answers the other question: the longest sequence some layout fits.
@@ -65,9 +65,9 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
 
 def flag_choices(tp, replicas, experts=False):
     """(checkpoint, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1;
-    with experts neither."""
+    with experts no sp and ZeRO-1 at most."""
     return [(checkpoint, sp, zero) for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3))
-            if not (sp and (tp == 1 or experts)) and not (zero and (replicas == 1 or experts))]
+            if not (sp and (tp == 1 or experts)) and not (zero and replicas == 1) and not (experts and zero > 1)]
 
 
 def expert_parallel_sizes(config, dp, cp):

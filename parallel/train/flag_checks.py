@@ -128,7 +128,7 @@ def check_parameter_server_args(args, compress):
     flag = f"--async-staleness {args.async_staleness}"
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
-              f"--zero {args.zero}" if args.zero else None,
+              f"--zero {args.zero}" if args.zero > 1 else None,
               f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
@@ -164,11 +164,11 @@ def check_expert_args(args):
                          f"that differs between layouts sends a token to another expert, so no tolerance compares "
                          f"the layout with one device; train experts in float32 or float64")
     others = [f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
-              f"--zero {args.zero}" if args.zero else None,
+              f"--zero {args.zero}" if args.zero > 1 else None,
               f"--compress {args.compress}" if args.compress != "none" else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None]
     others = [o for o in others if o]
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --checkpoint-activations, --link, --trace, --save and --resume")
+                         f"with --tp, --pp (any schedule), --zero 1, --checkpoint-activations, --link, --trace, --save and --resume")

@@ -1,5 +1,5 @@
-"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp or pp
-beside, equals one device under --check; a checkpoint reshards to another ep and to one device;
+"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp, pp or
+ZeRO-1 beside, equals one device under --check; a checkpoint reshards to another ep and to one device;
 every bad or not-yet-composed combination is exit status 2 with one line."""
 import json
 
@@ -12,7 +12,7 @@ ERROR = "python -m parallel.train: error: "
 
 
 @pytest.mark.parametrize("layout", [["--threads", "2", "--dp", "2", "--ep", "2", "--capacity-factor", "1.0"],
-                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2", "--zero", "1"],
                                     ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
                                      "--schedule", "zb-h1", "--checkpoint-activations"],
                                     ["--threads", "4", "--dp", "4", "--ep", "2", "--top-k", "1", "--moe-every", "2",
@@ -32,7 +32,7 @@ def test_check_equals_one_device(layout, capsys):
     (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),
     (["--experts", "2", "--tp", "2", "--sequence-parallel", "--threads", "2"], "with --sequence-parallel"),
     (["--experts", "2", "--cp", "2", "--threads", "2"], "--experts 2 does not combine with --cp 2 yet"),
-    (["--experts", "2", "--zero", "1", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 1"),
+    (["--experts", "2", "--zero", "2", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 2"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):
@@ -46,7 +46,8 @@ def test_a_checkpoint_reshards_to_another_ep_and_to_one_device(tmp_path):
     flags = TINY + ["--experts", "4", "--top-k", "2", "--dtype", "float64", "--steps", "4"]
     straight = main(flags + ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
                              "--save", str(tmp_path / "a"), "--save-every", "2"])["losses"]
-    for layout in (["--threads", "2", "--dp", "2", "--ep", "1"], ["--threads", "2", "--tp", "2"], []):
+    for layout in (["--threads", "2", "--dp", "2", "--ep", "1"], ["--threads", "2", "--tp", "2"], [],
+                   ["--threads", "4", "--dp", "4", "--ep", "2", "--zero", "1"]):
         resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000002")])["losses"]
         assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
 
