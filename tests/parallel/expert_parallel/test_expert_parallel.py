@@ -87,8 +87,8 @@ def test_bad_expert_layouts_are_refused():
 
 
 @requires_mpiexec
-@pytest.mark.parametrize("dp, tp, pp, ep", [(2, 1, 1, 2), (2, 2, 1, 2), (2, 1, 2, 2)])
-def test_expert_parallel_equals_one_device_on_real_ranks(dp, tp, pp, ep):
+@pytest.mark.parametrize("dp, tp, pp, ep, zero", [(2, 1, 1, 2, 0), (2, 2, 1, 2, 0), (2, 1, 2, 2, 1)])
+def test_expert_parallel_equals_one_device_on_real_ranks(dp, tp, pp, ep, zero):
     n = dp * tp * pp
-    result = run_mpi(n, [SCRIPTS / "moe_equivalence.py", *map(str, (dp, tp, pp, ep))], timeout=240)
+    result = run_mpi(n, [SCRIPTS / "moe_equivalence.py", *map(str, (dp, tp, pp, ep, zero))], timeout=240)
     assert sorted(re.findall(r"rank \d+ ok", result.stdout)) == [f"rank {r} ok" for r in range(n)]
