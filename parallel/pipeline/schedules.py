@@ -105,8 +105,8 @@ def gpipe(p, m):
     """GPipe: every rank runs all m forwards, then all m backwards."""
     _check_sizes(p, m, 1)
     # exercise 07.1: the GPipe compute order
-    # hint: `orders[r]` is rank r's compute list: all m forwards, then all m backwards (chunk 0), as Actions;
-    # hint: _warmup_steady_cooldown with a warm-up of every micro-batch builds exactly that.
+    # hint: `orders[r]` is rank r's compute list (chunk 0), in the order it runs. GPipe has no steady
+    # hint: phase: which warm-up length makes a warm-up / steady / cool-down order all forwards, then all backwards?
     micro = [(mb, 0) for mb in range(m)]
     orders = [_warmup_steady_cooldown(micro, micro, warmup=m) for _ in range(p)]
     # end exercise
@@ -119,7 +119,8 @@ def one_f_one_b(p, m):
     At most p-r micro-batches keep their activations on rank r (GPipe: m)."""
     _check_sizes(p, m, 1)
     # exercise 08.2: the 1F1B warm-up of each rank
-    # hint: rank r runs min(p − r − 1, m) forwards before its first backward: the last rank none.
+    # hint: after the warm-up a rank alternates one forward and one backward; the warm-up runs just enough
+    # hint: forwards to keep every LATER stage busy: one per later stage (the last rank: none), never more than m.
     micro = [(mb, 0) for mb in range(m)]
     orders = [_warmup_steady_cooldown(micro, micro, warmup=min(p - r - 1, m))
               for r in range(p)]
