@@ -59,7 +59,9 @@ def main(args):
     every = max(1, args.steps // 15)
     for step in range(args.steps):
         optimizer.defaults["lr"] = learning_rate(step + 1, args.steps, args.lr, args.warmup)
-        idx, targets = task.get_batch(args.batch)
+        # step t's batch from (seed, t), t counted from 1, as the main job draws it: the same problems.
+        # (Another stream is another run: one, from (seed, t − 1), ended at 12% held-out.)
+        idx, targets = task.get_batch(args.batch, generator=np.random.default_rng([args.seed, step + 1, 0]))
         optimizer.zero_grad()
         _, loss = model(idx, targets)
         loss.backward()
