@@ -24,6 +24,7 @@ import numpy as np
 from minitensor.flags import AT_LEAST_1, parse_checked
 
 from ..launch import find_mpiexec
+from ..plan.calibrate import ping_pong
 from ._hosts import TwoHosts, can_make_hosts
 from .allreduce import median_time
 
@@ -115,19 +116,10 @@ def measure_sizes():
     printed by rank 0 as one JSON object."""
     import parallel
     group = parallel.world()
-    other = 1 - group.rank
     result = {"sizes": SIZES, "send_recv": [], "all_reduce": []}
     for nbytes in SIZES:
         buf = np.zeros(nbytes // 4, np.float32)
-
-        def ping_pong():
-            if group.rank == 0:
-                group.send(buf, other)
-                group.recv(buf, other)
-            else:
-                group.recv(buf, other)
-                group.send(buf, other)
-        result["send_recv"].append(median_time(group, ping_pong, REPEATS) / 2)
+        result["send_recv"].append(median_time(group, lambda: ping_pong(group, buf), REPEATS) / 2)
         result["all_reduce"].append(median_time(group, lambda: group.all_reduce(buf), REPEATS))
     if group.rank == 0:
         print(json.dumps(result), flush=True)

@@ -42,20 +42,25 @@ def matmul_flops(dtype, n=512):
     return 2 * n ** 3 / best_seconds(lambda: a @ b)
 
 
+def ping_pong(group, buf):
+    """One round trip of `buf` between ranks 0 and 1: rank 0 sends first, rank 1 answers."""
+    peer = 1 - group.rank
+    if group.rank == 0:
+        group.send(buf, peer)
+        group.recv(buf, peer)
+    else:
+        group.recv(buf, peer)
+        group.send(buf, peer)
+
+
 def ping_pong_seconds(group, nbytes, repeats):
     """One-way time of an nbytes message between ranks 0 and 1 (half the round trip)."""
     import numpy as np
     buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
-    peer = 1 - group.rank
 
     def round_trip():
         for _ in range(repeats):
-            if group.rank == 0:
-                group.send(buf, peer)
-                group.recv(buf, peer)
-            else:
-                group.recv(buf, peer)
-                group.send(buf, peer)
+            ping_pong(group, buf)
     round_trip()                                   # warm up the connection
     group.barrier()
     # a fixed count of timed trips, not "until 0.1 s passed": each rank would decide for itself,
