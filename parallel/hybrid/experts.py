@@ -35,12 +35,21 @@ def start_as_one_model(named, mesh):
     broadcast_parameters(experts, mesh.edp_group)
 
 
+def dense_replicas(mesh):
+    """(the group of a dense parameter's replicas, the divisor of its gradients' sum): dp × cp, their mean."""
+    return mesh.dp_cp_group, mesh.dp_cp_group.size
+
+
+def expert_replicas(mesh):
+    """The same for an expert's: the edp group, divided by dp (see the module docstring)."""
+    return mesh.edp_group, mesh.dp
+
+
 def replica_sections(named_masters, mesh):
-    """[(parameters, the group of their replicas, the divisor of their gradients' sum)] of the
-    trainable parameters: the dense ones over dp × cp (their mean), the experts over edp (/ dp).
-    The gradient reducers and ZeRO-1's flat vectors (data_parallel.zero) are cut along these."""
+    """[(parameters, group, divisor)] of the trainable parameters, dense and experts: the
+    gradient reducers and ZeRO-1's flat vectors (data_parallel.zero) are cut along these."""
     dense, experts = split_experts([(n, p) for n, p in named_masters if p.requires_grad])
-    return [(dense, mesh.dp_cp_group, mesh.dp_cp_group.size), (experts, mesh.edp_group, mesh.dp)]
+    return [(dense, *dense_replicas(mesh)), (experts, *expert_replicas(mesh))]
 
 
 def gradient_reducers(named_masters, mesh):
@@ -51,7 +60,7 @@ def gradient_reducers(named_masters, mesh):
 
 def mean_over_replicas(name, grad, mesh):
     """A raw local gradient (ZeRO-1 keeps them so) reduced as its parameter's replicas reduce it."""
-    group, divisor = (mesh.edp_group, mesh.dp) if is_expert(name) else (mesh.dp_cp_group, mesh.dp_cp_group.size)
+    group, divisor = expert_replicas(mesh) if is_expert(name) else dense_replicas(mesh)
     return group.all_reduce(grad) / divisor
 
 

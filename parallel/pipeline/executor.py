@@ -140,9 +140,9 @@ class Pipeline:
             self.events.append(Event(self.rank, action.kind, action.microbatch, action.chunk,
                                      start - t0, time.perf_counter() - t0))
         step.check_all_freed()
-        return self._broadcast_loss(step.losses, step.aux)
+        return self._reported_loss(step.losses, step.aux)
 
-    def _broadcast_loss(self, losses, aux):
+    def _reported_loss(self, losses, aux):
         """The mean of the micro-batch losses, from the last stage's rank to all; with MoE
         blocks, plus the losses' mean of those before the last stage (`aux`: their sum over
         this rank's micro-batches and chunks before the last), summed over the stages."""

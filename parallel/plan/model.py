@@ -68,12 +68,17 @@ def block_param_count(d_model, tp=1):
     Dense (tp=1): 12 d² + 13 d.
     """
     d = d_model
+    mlp_fc = (4 * d * d + 4 * d) // tp              # column-parallel
+    mlp_proj = 4 * d * d // tp + d                  # row-parallel
+    return attention_param_count(d, tp) + mlp_fc + mlp_proj
+
+
+def attention_param_count(d, tp=1):
+    """A block's parameters besides its MLP, on one tp rank: the LayerNorms and attention."""
     layer_norms = 2 * (2 * d)                       # ln_1, ln_2: weight + bias, replicated
     qkv = 3 * (d * d + d) // tp                     # column-parallel: rows and bias split
     attn_proj = d * d // tp + d                     # row-parallel: columns split, bias whole
-    mlp_fc = (4 * d * d + 4 * d) // tp              # column-parallel
-    mlp_proj = 4 * d * d // tp + d                  # row-parallel
-    return layer_norms + qkv + attn_proj + mlp_fc + mlp_proj
+    return layer_norms + qkv + attn_proj
 
 
 def is_moe_block(config, index):
@@ -90,9 +95,8 @@ def expert_param_count(config):
 def moe_block_param_count(config, tp=1, ep=1):
     """A mixture-of-experts block on one rank: LayerNorms and attention as in a dense block;
     the router (d·E, no bias) and this ep rank's E/ep experts, whole on every tp rank."""
-    d = config.d_model
-    attention = 2 * (2 * d) + 3 * (d * d + d) // tp + d * d // tp + d
-    return attention + d * config.n_experts + config.n_experts // ep * expert_param_count(config)
+    return (attention_param_count(config.d_model, tp) + config.d_model * config.n_experts
+            + config.n_experts // ep * expert_param_count(config))
 
 
 def stage_blocks(config, pp, stage, balance=None):

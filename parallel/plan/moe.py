@@ -19,7 +19,7 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
 import math
 
 from ..alpha_beta import all_to_all
-from .model import dense_param_count, expert_param_count, matmul_weight_count
+from .model import dense_param_count, expert_param_count, expert_params_on_stage, matmul_weight_count
 
 COUNT_BYTES = 8  # the per-expert row counts travel as int64
 
@@ -44,7 +44,7 @@ def flops_per_token(config):
 def expert_bytes_per_rank(config, ep, bytes_per_param=16):
     """Bytes of this rank's E/ep experts in every MoE layer (16 per parameter: float32 weight,
     gradient and AdamW's two moments)."""
-    return moe_layers(config) * config.n_experts // ep * expert_param_count(config) * bytes_per_param
+    return expert_params_on_stage(config, ep=ep) * bytes_per_param
 
 
 def all_to_all_bytes(sent, received, d_model, itemsize, n_experts, ep):
