@@ -13,7 +13,7 @@ from parallel.plan import get_config, load_profile
 from parallel.plan.__main__ import main
 from parallel.plan.cluster import gemm_seconds, group_link, model_flops, step
 from parallel.plan.cluster_cli import parse_layout
-from parallel.plan.published import TABLE_1, row_config, validate_published
+from parallel.plan.published import TABLE_1, TABLE_5, row_config, validate_published, validate_table_5
 from parallel.plan.rank_stats import spearman
 from parallel.plan.validate import merge, predictions
 
@@ -83,6 +83,21 @@ def test_table_1_is_predicted_within_18_percent_and_the_papers_layout_ranks_high
     assert sum(r["rank"] <= 5 for r in results) >= 7
     assert all(r["step"].fits for r in results)
     assert lines[-1].startswith("largest error")
+
+
+def test_the_held_out_table_5_is_printed_after_table_1_and_predicted():
+    """Korthikanti et al. 2022 (nothing fitted on it): every model, each of its recomputation modes, one line
+    after Table 1's summary; the full-recomputation rows (the physics Table 1 is judged on) within 10%."""
+    lines = []
+    validate_published(out=lines.append)
+    table_1_end = next(i for i, line in enumerate(lines) if line.startswith("largest error"))
+    assert table_1_end == 12 and "Korthikanti et al. 2022" in lines[table_1_end + 2]
+    for row in TABLE_5:
+        assert any(line.startswith(f"{row[0]:>7}B") and "full" in line and f"{row[8]:.2f}" in line
+                   for line in lines[table_1_end:])
+    full = [r for r in validate_table_5(A100, out=lambda line: None) if r["mode"] == "full"]
+    assert len(full) == 4 and all(abs(r["error"]) < 0.10 and r["step"].fits for r in full)
+    assert all(r["published"] / r["predicted"] - 1 == pytest.approx(r["error"]) for r in full)
 
 
 def test_the_json_cli_prints_one_object_with_the_stable_keys(capsys):
