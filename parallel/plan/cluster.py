@@ -5,18 +5,22 @@ microbenchmark, none fitted). What is counted here is the *software*: which kern
 (2021) launches per transformer block, how many bytes each memory-bound one moves, and which
 communication it overlaps (none: tp all-reduces, pipeline sends and the dp all-reduce all sit on
 the critical path in that code). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
-v model chunks per stage (interleaved 1F1B; v = 1 is plain 1F1B), full activation recomputation.
+v model chunks per stage (interleaved 1F1B; v = 1 is plain 1F1B), full activation recomputation
+(the default; Table 1's runs) or, as in Korthikanti et al. 2022, selective recomputation (only core
+attention reruns) and sequence parallelism (SP). The 2022 code's overlaps (the backward's tp
+collectives with the wgrad GEMMs) and its fused wgrad accumulation are not modelled.
 
 Per block and micro-batch on one GPU (T = b·s tokens, a heads, h hidden):
   GEMMs      qkv (T, 3h/t, h), scores (s, s, h/a) × b·a/t, context (s, h/a, s) × b·a/t,
              proj (T, h, h/t), fc1 (T, 4h/t, h), fc2 (T, h, 4h/t); each runs forward twice
-             (recomputation) and backward as dgrad (M, K, N) + wgrad (K, N, M). A GEMM costs
+             (recomputation; selective: only scores and context) and backward as dgrad (M, K, N) + wgrad (K, N, M). A GEMM costs
              max(its tile- and wave-quantized flops at gemm_efficiency·peak, its bytes at HBM speed).
   memory     the kernels between GEMMs, bytes counted below at hbm_efficiency·HBM bandwidth:
-  bound      LayerNorms, bias-dropout-adds (replicated on every tp rank: Megatron 2021 has no
-             sequence parallelism), bias-GELU (sharded), softmax + dropout of the a·s² scores,
+  bound      LayerNorms, bias-dropout-adds (replicated on every tp rank unless SP splits them),
+             bias-GELU (sharded), softmax + dropout of the a·s² scores,
              and the fp32 main-grad accumulation of every weight after each micro-batch.
-  tp         6 ring all-reduces of b·s·h·2 bytes (2 forward, 2 recomputed, 2 backward), NVLink.
+  tp         6 ring all-reduces of b·s·h·2 bytes (2 forward, 2 recomputed, 2 backward; selective 4),
+             NVLink; SP: an all-gather + a reduce-scatter each instead, the same bytes.
   pp         per micro-batch and chunk one send forward and one backward of b·s·h·2 bytes; across
              nodes each tp rank sends 1/t of it on its own NIC and the stage all-gathers it on NVLink
              (Megatron's scatter/gather optimisation).
@@ -32,20 +36,22 @@ from math import ceil
 
 from ..alpha_beta import all_gather, ring_all_reduce
 from .layout import Layout, get_precision
-from .memory import peak_memory
+from .memory import block_activation_bytes, peak_memory
 
-# Bytes moved by Megatron-LM 2021's memory-bound kernels, counted from its code (fp16 activations):
-REPLICATED_BYTES_PER_TOKEN_H = 68   # 2 LayerNorms (r 2h, w 2h) + 2 bias-dropout-adds (r 4h, w 2h, mask h):
-                                    # 22h forward, 22h recomputed, 24h backward; per token, in units of h
-GELU_BYTES_PER_TOKEN_H = 56         # bias-GELU on 4h/t: 16 forward, 16 recomputed, 24 backward (units h/t)
-COPY_BYTES_PER_TOKEN_H = 12         # the context layer's permute().contiguous(): 4 per pass (units h/t)
-SCORE_BYTES = 29                    # per attention score: softmax (r2 w2) + dropout (r2 w2 mask 1) = 9
-                                    # forward, 9 recomputed, backward dropout 5 + softmax 6 = 11
+# Bytes moved by Megatron-LM's memory-bound kernels, counted from its code (fp16 activations), as
+# (forward, backward) per pass; a recomputed kernel runs its forward twice:
+REPLICATED_BYTES_PER_TOKEN_H = (22, 24)  # 2 LayerNorms (r 2h, w 2h) + 2 bias-dropout-adds (r 4h, w 2h, mask h);
+                                    # per token, in units of h; / t under sequence parallelism
+GELU_BYTES_PER_TOKEN_H = (16, 24)   # bias-GELU on 4h/t (units h/t)
+COPY_BYTES_PER_TOKEN_H = (4, 4)     # the context layer's permute().contiguous() (units h/t), in core attention
+SCORE_BYTES = (9, 11)               # per attention score: softmax (r2 w2) + dropout (r2 w2 mask 1) forward;
+                                    # backward dropout 5 + softmax 6; in core attention
 MAIN_GRAD_BYTES = 6                 # per weight per micro-batch: main_grad += grad, fp16 (r 2 + 2, w 2): --fp16
                                     # keeps main_grad in fp16 (accumulate_allreduce_grads_in_fp32 is off)
 CROSS_ENTROPY_BYTES = 40            # per logit: fp16 → fp32, max, exp, sum, and the backward's passes
 OPTIMIZER_BYTES = 46                # per parameter per step: Adam on fp32 master, m, v (r/w 24), grad
                                     # unscale + inf check + norm (12), fp16 copy (2), zero main_grad (4), ...
+RECOMPUTE = ("full", "selective")
 DTYPE = "mixed"                     # --fp16: 2-byte weights, grads (reduced in fp16), fp32 master + Adam: 16 B/param
 
 
@@ -90,18 +96,35 @@ def group_link(gpu, stride, size):
     return gpu["nic_alpha_us"] * 1e-6, 1 / speed
 
 
-def block_seconds(config, gpu, t, b):
-    """{gemm, memory, tp} seconds of one block, one micro-batch, forward + recompute + backward."""
+def passes(kernel_bytes, recomputed):
+    """A kernel's bytes over forward, its recomputation if any, and backward."""
+    forward, backward = kernel_bytes
+    return forward * (2 if recomputed else 1) + backward
+
+
+def block_seconds(config, gpu, t, b, recompute="full", sequence_parallel=False):
+    """{gemm, memory, tp} seconds of one block, one micro-batch, forward + recompute + backward.
+    recompute="full" reruns the whole block's forward; "selective" (Korthikanti et al. 2022) only core
+    attention (both batched GEMMs, softmax, dropout, the context copy). Sequence parallelism splits the
+    LayerNorms and dropouts over the t ranks and turns each all-reduce into an all-gather before the
+    block's half and a reduce-scatter after it (the same bytes)."""
     s, h, a = config.block_size, config.d_model, config.n_head
-    tokens = b * s
-    gemm = (training_gemm(gpu, tokens, 3 * h // t, h) + training_gemm(gpu, s, s, h // a, b * a // t)
-            + training_gemm(gpu, s, h // a, s, b * a // t) + training_gemm(gpu, tokens, h, h // t)
-            + training_gemm(gpu, tokens, 4 * h // t, h) + training_gemm(gpu, tokens, h, 4 * h // t))
-    nbytes = (tokens * h * (REPLICATED_BYTES_PER_TOKEN_H + (GELU_BYTES_PER_TOKEN_H + COPY_BYTES_PER_TOKEN_H) / t)
-              + SCORE_BYTES * b * a * s * s / t + MAIN_GRAD_BYTES * 12 * h * h / t)
+    tokens, full = b * s, recompute == "full"
+    linear = 2 if full else 1
+    gemm = (training_gemm(gpu, tokens, 3 * h // t, h, forwards=linear)
+            + training_gemm(gpu, s, s, h // a, b * a // t) + training_gemm(gpu, s, h // a, s, b * a // t)
+            + training_gemm(gpu, tokens, h, h // t, forwards=linear)
+            + training_gemm(gpu, tokens, 4 * h // t, h, forwards=linear)
+            + training_gemm(gpu, tokens, h, 4 * h // t, forwards=linear))
+    replicated = passes(REPLICATED_BYTES_PER_TOKEN_H, full) / (t if sequence_parallel else 1)
+    sharded = (passes(GELU_BYTES_PER_TOKEN_H, full) + passes(COPY_BYTES_PER_TOKEN_H, True)) / t
+    nbytes = (tokens * h * (replicated + sharded) + passes(SCORE_BYTES, True) * b * a * s * s / t
+              + MAIN_GRAD_BYTES * 12 * h * h / t)
     alpha, beta = nvlink(gpu)
-    tp = 6 * ring_all_reduce(t, 2 * tokens * h, alpha, beta) if t > 1 else 0.0
-    return {"gemm": gemm, "memory": memory_seconds(gpu, nbytes), "tp": tp}
+    collectives = 2 * (3 if full else 2)      # 2 per forward pass, 2 backward
+    one = (2 * all_gather(t, 2 * tokens * h, alpha, beta) if sequence_parallel
+           else ring_all_reduce(t, 2 * tokens * h, alpha, beta))
+    return {"gemm": gemm, "memory": memory_seconds(gpu, nbytes), "tp": collectives * one if t > 1 else 0.0}
 
 
 def head_seconds(config, gpu, t, b):
@@ -139,6 +162,8 @@ class Step:
     memory: dict
     limit: float
     tflops: float
+    recompute: str = "full"
+    sequence_parallel: bool = False
 
     @property
     def fits(self):
@@ -146,39 +171,43 @@ class Step:
 
     def as_json(self):
         return {"layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
-                           "micro_batches": None, "v": self.chunks, "recompute": "full"},
+                           "micro_batches": None, "v": self.chunks, "recompute": self.recompute},
+                "sequence_parallel": self.sequence_parallel,
                 "step_seconds": self.seconds["step"], "tflops_per_device": self.tflops,
                 "memory_bytes_per_device": self.memory["total"], "memory_limit_bytes": self.limit,
                 "fits": self.fits, "seconds": self.seconds, "memory": self.memory}
 
 
-def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node):
-    """Why (tp, pp, dp, b, v) cannot run, or None."""
+def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recompute="full", sequence_parallel=False):
+    """Why (tp, pp, dp, b, v, recompute, sequence parallelism) cannot run, or None."""
     checks = [(tp * pp * dp == devices, f"tp·pp·dp = {tp * pp * dp} is not --devices {devices}"),
               (config.n_head % tp == 0, f"tp={tp} does not divide n_head={config.n_head}"),
               (tp <= gpus_per_node, f"tp={tp} spans nodes of {gpus_per_node} GPUs"),
               (config.n_layer % (pp * v) == 0, f"pp·v = {pp * v} does not divide n_layer={config.n_layer}"),
               (batch % (dp * b) == 0, f"batch={batch} is not divisible by dp·m = {dp}·{b}"),
               (v == 1 or (pp > 1 and batch // (dp * b) % pp == 0),
-               f"interleaving (v={v}) needs pp > 1 and micro-batches divisible by pp={pp}")]
+               f"interleaving (v={v}) needs pp > 1 and micro-batches divisible by pp={pp}"),
+              (recompute in RECOMPUTE, f"recompute={recompute!r} is not one of {RECOMPUTE}"),
+              (tp > 1 or not sequence_parallel, "sequence parallelism needs tp > 1")]
     return next((why for ok, why in checks if not ok), None)
 
 
-def step(config, profile, batch, tp, pp, dp, b, v=1):
+def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False):
     """The Step of one layout (ValueError if it cannot run); see the module docstring."""
     gpu = figures(profile)
-    why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"])
+    why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"], recompute,
+                       sequence_parallel)
     if why:
         raise ValueError(why)
     m, s, h = batch // (dp * b), config.block_size, config.d_model
-    block = block_seconds(config, gpu, tp, b)
+    block = block_seconds(config, gpu, tp, b, recompute, sequence_parallel)
     per_block = sum(block.values())
     layers = config.n_layer // pp
     p2p = 2 * v * p2p_seconds(gpu, tp, dp, pp, 2 * b * s * h) if pp > 1 else 0.0
     head = head_seconds(config, gpu, tp, b)
     stage = layers * per_block + head + p2p           # the last stage, the slowest
     precision = get_precision(DTYPE)
-    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, checkpoint=True)
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, checkpoint=True, sequence_parallel=sequence_parallel)
     _, memory = peak_memory(config, layout, batch, DTYPE)
     params = memory["params"] / precision.param_bytes
     alpha, beta = group_link(gpu, tp, dp)
@@ -191,7 +220,7 @@ def step(config, profile, batch, tp, pp, dp, b, v=1):
                "dp": dp_time, "embedding_sync": embedding,
                "optimizer": memory_seconds(gpu, OPTIMIZER_BYTES * params)}
     seconds["step"] = m * stage + seconds["bubble"] + dp_time + embedding + seconds["optimizer"]
-    memory = interleaved_memory(config, memory, b, tp, pp, v, m)
+    memory = {**memory, "activations": activation_bytes(config, b, tp, pp, v, m, recompute, sequence_parallel)}
     memory["logits"] = 6 * b * s * (-(-config.vocab_size // tp))  # fp16 logits + their fp32 copy, last stage
     # the optimizer step copies every gradient to fp32 (main_param.grad = main_grad.float()) once the
     # activations are gone: the peak is the larger of the two
@@ -199,21 +228,27 @@ def step(config, profile, batch, tp, pp, dp, b, v=1):
     states = memory["params"] + memory["grads"] + memory["optim"]
     memory["total"] = states + max(memory["activations"] + memory["logits"], memory["fp32_grads_at_step"])
     tflops = model_flops(config, batch) / (seconds["step"] * tp * pp * dp) / 1e12
-    return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops)
+    return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops, recompute,
+                sequence_parallel)
 
 
-def interleaved_memory(config, memory, b, tp, pp, v, m):
-    """Stage 0 under interleaving keeps min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
-    n_layer/(p·v) blocks' checkpoints (Megatron's warm-up), not min(m, p) of n_layer/p."""
-    if v == 1:
-        return dict(memory)
-    kept = 2 * config.block_size * b * config.d_model  # a checkpoint: the block input, fp16
-    one_1f1b = kept * config.n_layer // pp * min(m, pp)
-    chunks = min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1)
-    return {**memory, "activations": memory["activations"] - one_1f1b + kept * config.n_layer // (pp * v) * chunks}
+def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_parallel=False):
+    """Stage 0's activations (Korthikanti et al. 2022's per-block bytes, memory.py): 1F1B keeps min(m, p)
+    micro-batches of n_layer/p blocks; interleaving min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
+    n_layer/(p·v) (Megatron's warm-up). Full recomputation keeps each block's input and holds one block's
+    whole activations while it reruns; selective keeps all but the 5·a·s²·b attention-score bytes, and
+    holds one block's scores while it reruns its core attention."""
+    s, full = config.block_size, recompute == "full"
+    scores = 5 * config.n_head * s * s * b / tp
+    kept = block_activation_bytes(config, b, tp, sequence_parallel, full, DTYPE) - (0 if full else scores)
+    held = (config.n_layer // pp * min(m, pp) if v == 1
+            else config.n_layer // (pp * v) * min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1))
+    working = block_activation_bytes(config, b, tp, sequence_parallel, False, DTYPE) if full else scores
+    return kept * held + working
 
 
-def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16):
+def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16,
+               recompute="full", sequence_parallel=False):
     """Every runnable layout matching the given parts (None: search it), fastest first, fitting ones
     before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v."""
     gpu = figures(profile)
@@ -223,8 +258,9 @@ def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=Non
             d = dp or devices // (t * p)
             for micro in [b] if b else [x for x in range(1, max_micro_batch + 1) if batch % (d * x) == 0]:
                 for chunks in [v] if v else [x for x in range(1, config.n_layer // p + 1) if x == 1 or p > 1]:
-                    if layout_error(config, devices, batch, t, p, d, micro, chunks, gpu["gpus_per_node"]) is None:
-                        found.append(step(config, profile, batch, t, p, d, micro, chunks))
+                    mode = (recompute, sequence_parallel)
+                    if layout_error(config, devices, batch, t, p, d, micro, chunks, gpu["gpus_per_node"], *mode) is None:
+                        found.append(step(config, profile, batch, t, p, d, micro, chunks, *mode))
     return sorted(found, key=lambda st: (not st.fits, st.seconds["step"]))
 
 

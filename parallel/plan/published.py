@@ -106,7 +106,7 @@ def validate_published(device=DEVICE, out=print):
         f"planner's top {GOAL_RANK}: {sum(k is not None and k <= GOAL_RANK for k in ranks)} of {len(results)}")
     out(summary)
     out("")
-    validate_table_5(profile, out, modes=(0,))
+    validate_table_5(profile, out)
     return results
 
 
@@ -114,7 +114,7 @@ def validate_row_5(row, mode, profile):
     """{published, predicted (seconds per iteration), error (predicted throughput / published − 1), step}."""
     _, _, _, _, t, p, gpus, batch, *seconds = row
     recompute, sp = MODES_5[mode]
-    steps = best_steps(row_config(row), profile, gpus, batch, tp=t, pp=p)
+    steps = best_steps(row_config(row), profile, gpus, batch, tp=t, pp=p, recompute=recompute, sequence_parallel=sp)
     st = steps[0]
     return {"published": seconds[mode], "predicted": st.seconds["step"], "step": st,
             "error": seconds[mode] / st.seconds["step"] - 1, "mode": recompute + (" + SP" if sp else "")}
