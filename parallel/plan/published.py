@@ -13,9 +13,11 @@ Shoeybi, Catanzaro, "Reducing Activation Recomputation in Large Transformer Mode
 (arXiv:2205.05198): the models and layouts of its Table 3 (Selene again, A100 80GB, sequence 2048,
 vocabulary 51,200, dp = 1, t = 8) and the end-to-end iteration times of its Table 5, with full
 recomputation and with selective recomputation + sequence parallelism, in the Megatron-LM code of
-2022. The model-FLOPs utilization those times give (the paper's 72·B·s·l·h²·(1 + s/6h + V/12lh)
-over time · GPUs · 312 TFLOP/s) is the one Megatron-LM's README printed from May 2022 (commit
-841f789f, "Model FLOPs Utilization" 41.5%, 51.4%, 56.0%, 56.3%), to the rounding. The table gives
+2022. Cross-checks: the model-FLOPs utilization the selective + SP times give (the paper's
+72·B·s·l·h²·(1 + s/6h + V/12lh) over time · GPUs · 312 TFLOP/s: 41.7%, 51.4%, 56.0%, 56.3%) is
+the one Megatron-LM's README printed from May 2022 (commit 841f789f: 41.5%, 51.4%, 56.0%, 56.3%).
+The full-recomputation times have no second source here: they give 43.2% for 530B on 280 GPUs,
+near the abstract's 42.1% for 530B with recomputation on 2240 GPUs (dp = 8 more). The table gives
 no micro-batch size or interleaving: again the planner's best. Columns: billions of parameters,
 heads, hidden, layers, t, p, GPUs, batch, seconds per iteration with full recomputation, with
 selective recomputation + sequence parallelism.
