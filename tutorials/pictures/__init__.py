@@ -3,7 +3,7 @@
     pip install -e '.[plots]'                      # matplotlib, the one optional dependency
     python -m tutorials.pictures                   # every picture, into tutorials/NN_*/pictures/
     python -m tutorials.pictures ring_steps mesh_grid --out /tmp/pictures
-    python -m tutorials.pictures --chapter 13 15   # the pictures of chapters 13 and 15
+    python -m tutorials.pictures --chapter 14 16   # the pictures of chapters 14 and 16
     python -m tutorials.pictures --text            # the text form of every picture instead
     python -m tutorials.pictures --list
 
