@@ -17,7 +17,7 @@ slow runs (training, sweeps) for the test suite; the committed pictures are made
 Timing-dependent pictures use simulated timelines, modelled link times or medians.
 
 The package: `draw.py` (running a script, the shared drawings), one module per group of
-chapters (`foundations`, `layouts`, `pipelines`, `communication`, `search`), `cli.py`.
+chapters (`foundations`, `layouts`, `pipelines`, `communication`, `staleness`, `search`, `experts`), `cli.py`.
 
 Why a part of `tutorials/` and not of `parallel/`: a picture is teaching material
 about one chapter's run, the library stays free of a plotting dependency, and what

@@ -1,7 +1,7 @@
-"""Chapter 12, part 5: an asynchronous parameter server — stale parameters instead of waiting.
+"""Chapter 13, part 2: an asynchronous parameter server — stale parameters instead of waiting.
 
-    python tutorials/12_communication/staleness.py --threads 4 [--steps 60]
-    mpiexec -n 4 python -m mpi4py tutorials/12_communication/staleness.py
+    python tutorials/13_local_sgd_and_staleness/staleness.py --threads 4 [--steps 60]
+    mpiexec -n 4 python -m mpi4py tutorials/13_local_sgd_and_staleness/staleness.py
 
 Rank 0 is the server (parameters and AdamW), ranks 1..3 are workers; one round in five
 of each worker is a straggler, 4× longer (scripted: parallel.data_parallel.parameter_server.scripted_delays).
@@ -11,7 +11,12 @@ the mean staleness of the gradients, the final loss; s = 0 is synchronous traini
 (printed: its difference to one device), and every run replays bit for bit in one
 process (`simulate`), because the schedule, not the thread scheduler, decides the order.
 """
+import sys
+from pathlib import Path
+
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "12_communication"))  # chapter 12's task and model
 from addition_run import CONFIG, TASK
 
 import minitensor as mt

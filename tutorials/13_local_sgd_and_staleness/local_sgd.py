@@ -1,19 +1,24 @@
-"""Chapter 12, part 4: local SGD / DiLoCo — talk every H steps instead of every step.
+"""Chapter 13, part 1: local SGD / DiLoCo — talk every H steps instead of every step.
 
-    python tutorials/12_communication/local_sgd.py --threads 2 [--steps 96]
-    mpiexec -n 2 python -m mpi4py tutorials/12_communication/local_sgd.py
+    python tutorials/13_local_sgd_and_staleness/local_sgd.py --threads 2 [--steps 96]
+    mpiexec -n 2 python -m mpi4py tutorials/13_local_sgd_and_staleness/local_sgd.py
 
 First the identity that pins the sign down: with ONE inner SGD step, outer learning rate 1
 and no momentum, averaging the pseudo-gradients Δ_i = θ − θ_i and stepping θ − Δ lands
 exactly on synchronous data parallelism (printed: the largest parameter difference).
-Then DiLoCo proper (AdamW inside, Nesterov SGD outside) on the chapter's addition run with
+Then DiLoCo proper (AdamW inside, Nesterov SGD outside) on chapter 12's addition run with
 H = 1, 4 and 16: bytes per optimizer step fall by H; compare the losses with synchronous DP.
 Last, the outer step's stride at H = 4: how far the anchor moves per outer step against how
 far the mean replica moved, for three outer optimizers. With momentum μ the Nesterov step
 is lr_out·(Δ + μ·v) and v → Δ/(1 − μ) while the Δ keep pointing the same way, so the
 stride tends to lr_out/(1 − μ): 7 for DiLoCo's (0.7, 0.9).
 """
+import sys
+from pathlib import Path
+
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "12_communication"))  # chapter 12's small run
 from addition_run import CONFIG, batch_of_rank, train
 
 import minitensor as mt
