@@ -130,7 +130,7 @@ class GradScaler:
 
     def update(self, found_inf):
         """The scale for the next step, from whether this one's gradients overflowed (on every rank)."""
-        # exercise 14.1: the loss scaler's update
+        # exercise 15.1: the loss scaler's update
         # hint: an overflow multiplies the scale by backoff_factor (never below min_scale) and restarts
         # hint: the count of clean steps; growth_interval clean steps in a row multiply it by growth_factor.
         if found_inf:

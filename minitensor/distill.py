@@ -49,7 +49,7 @@ def distillation_loss(student_logits, teacher_logits, targets, alpha=0.5, temper
                          f"{student_logits.shape} differ")
     targets = np.asarray(targets)
     hard = F.cross_entropy(student_logits, targets, ignore_index)
-    # exercise 16.4: the distillation loss
+    # exercise 17.4: the distillation loss
     # hint: soft teacher: log p = log_softmax(t/T) in numpy (a constant); student: log q = F.log_softmax(s/T);
     # hint: KL per token = Σ_v p (log p − log q); mean it over tokens with targets ≠ ignore_index; then
     # hint: α·hard + (1−α)·T²·KL.

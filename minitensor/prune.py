@@ -48,7 +48,7 @@ def magnitude_masks(weights, sparsity, scope="global"):
         raise ValueError(f"magnitude pruning: sparsity must be in [0, 1), got {sparsity}")
     if scope not in SCOPES:
         raise ValueError(f"magnitude pruning: scope must be one of {SCOPES}, got {scope!r}")
-    # exercise 16.2: global magnitude pruning
+    # exercise 17.2: global magnitude pruning
     # hint: "layer": each matrix keeps all but its round(sparsity·size) smallest |w| (`smallest`);
     # hint: "global": the same over all matrices concatenated, then the mask cut back into their shapes.
     if scope == "layer":
@@ -138,7 +138,7 @@ def prune_heads(model, removed):
     so build the optimizer afterwards. model.config: n_head shrinks, d_head is kept."""
     head_dim, n_head = model.config.head_dim, model.config.n_head
     count = check_same_count(removed, "heads")
-    # exercise 16.3: remove attention heads
+    # exercise 17.3: remove attention heads
     # hint: keep the other heads' rows of q, k, v (and their bias entries), head h being rows h·d_head .. (h+1)·d_head,
     # hint: and the same COLUMNS of attn.proj (its input); then attn.n_head and the config's n_head and d_head.
     for i, heads in removed.items():

@@ -5,7 +5,7 @@
     python -m tutorials.claims --list [CHAPTER ...]    the claims: README line, command, kind, count of numbers
     add --timing to also run the scripts that only timing claims use (reported, never failed)
 
-CHAPTER is a number (`17`) or a README path; none means every tutorials/NN_*/README.md.
+CHAPTER is a number (`18`) or a README path; none means every tutorials/NN_*/README.md.
 
 A claim is an HTML comment in a README (invisible when the Markdown is rendered), in one of two forms.
 

@@ -34,7 +34,7 @@ def mask_tokens(ids, generator, mask_id, maskable, replacements, mask_prob=0.15)
         raise ValueError(f"mask_tokens: maskable {maskable.shape} must have the shape of ids {ids.shape}")
     if not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_tokens: mask_prob must be in (0, 1], got {mask_prob}")
-    # exercise 16.1: the 80-10-10 masking rule
+    # exercise 17.1: the 80-10-10 masking rule
     # hint: choose max(1, round(mask_prob · n)) maskable positions per row (rank a uniform draw per position,
     # hint: non-maskable ones last); labels: the original ids there, IGNORE_INDEX elsewhere. Then one uniform u per
     # hint: position: u < 0.8 → mask_id, 0.8 ≤ u < 0.9 → a random id from `replacements`, else unchanged.

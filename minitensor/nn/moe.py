@@ -46,7 +46,7 @@ Routing = namedtuple("Routing", ["token", "weight", "order", "counts", "kept"])
 def top_k(probs, k):
     """(N, k) experts of the k largest probabilities of each row of `probs` (numpy, (N, E)),
     largest first; of equal ones the lower index."""
-    # exercise 19.1: the router's top-k and balancing loss
+    # exercise 20.1: the router's top-k and balancing loss
     # hint: np.argsort of -probs along the last axis, stable, then the first k columns.
     return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
     # end exercise
@@ -57,7 +57,7 @@ def balancing_loss(probs, experts, groups, coef):
     (N, k) top-k choices, the N tokens in `groups` equal groups."""
     n, k = experts.shape
     n_experts, per_group = probs.shape[-1], n // groups
-    # exercise 19.1: the router's top-k and balancing loss
+    # exercise 20.1: the router's top-k and balancing loss
     # hint: f (groups, E): each assignment adds 1/(per_group·k) at (its token's group, its expert) (np.add.at);
     # hint: P (groups, E): probs averaged over each group's tokens; then α·E·Σ f·P / groups.
     f = np.zeros((groups, n_experts), probs.dtype)
@@ -94,7 +94,7 @@ def within_capacity(experts, group_size, cap):
 def dispatch_order(expert, kept, n_experts):
     """(order, counts): the kept assignments sorted by expert (in token order within one),
     and how many each expert gets. x[token[order]] puts each expert's tokens side by side."""
-    # exercise 19.2: the dispatch permutation and its inverse
+    # exercise 20.2: the dispatch permutation and its inverse
     # hint: the indices of the kept assignments (np.flatnonzero), stably sorted by their expert;
     # hint: counts: np.bincount of their experts with minlength=n_experts.
     chosen = np.flatnonzero(kept)
@@ -106,7 +106,7 @@ def dispatch_order(expert, kept, n_experts):
 def combine(y_perm, routing, n_tokens):
     """The inverse of dispatch: row j of y_perm (assignment routing.order[j]), times its gate
     weight, added into its token's row; an (n_tokens, C) Tensor (dropped slots add nothing)."""
-    # exercise 19.2: the dispatch permutation and its inverse
+    # exercise 20.2: the dispatch permutation and its inverse
     # hint: gather the weights of the ordered assignments (gather_rows), scale y_perm's rows by them,
     # hint: and scatter_add_rows them into their tokens (routing.token[routing.order]).
     weight = gather_rows(routing.weight, routing.order).reshape(-1, 1)

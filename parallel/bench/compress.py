@@ -39,7 +39,7 @@ from parallel.bench import collect, report
 from parallel.launch import run_on_mpi_ranks
 
 METHODS = ["none", "powersgd:4", "topk:0.01", "sign", "local:4", "localsgd:4"]
-BATCH = 128  # the global batch of chapter 12's table (the main job's recipe then; it trains at 64 now)
+BATCH = 128  # the global batch of chapters 12 and 13's tables (the main job's recipe then; it trains at 64 now)
 TIMING_WARMUP = 4  # steps run before the timed ones (first-touch allocations, caches)
 
 

@@ -78,7 +78,7 @@ def block_attention(q, k, v, scale, diagonal):
 
 def merge_partial(out, lse, block_out, block_lse):
     """Fold one block's (output, log-sum-exp) into the running (out, lse), in place."""
-    # exercise 15.1: the log-sum-exp merge
+    # exercise 16.1: the log-sum-exp merge
     # hint: each output is normalised over its own keys; its log-sum-exp says how much those keys weigh in
     # hint: the union (the README's merge). Get the union's log-sum-exp without exponentiating a large number,
     # hint: reweight both outputs by their shares, and update out and lse in place: the caller keeps them.

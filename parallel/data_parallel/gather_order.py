@@ -65,7 +65,7 @@ def gathers_due(needed, issued, position, prefetch):
     `position` is read: every one not yet issued up to it, `prefetch` more, and those after
     it that this rank will never read until the next it will (needed[k] False): so every
     rank issues the whole list, in order, whatever its loss reaches."""
-    # exercise 13.2: the stage-3 backward gathers, in the pass's order
+    # exercise 14.2: the stage-3 backward gathers, in the pass's order
     # hint: entry k is due if not issued[k] and either k <= position + prefetch, or every entry
     # hint: position+1 .. k is one this rank will not read (not needed).
     due = []

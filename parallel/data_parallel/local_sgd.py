@@ -19,7 +19,7 @@ is small: AdamW's own momentum carries from one period to the next), v tends to 
 and the outer step to lr_out·Δ/(1 − μ): lr_out = 1 − μ moves the anchor as far as the mean
 replica moved, at the stride the inner learning rate was tuned for. DiLoCo's published
 (0.7, 0.9), tuned with a small inner learning rate and H = 500, is a 7× stride: at this
-project's learning rate and H = 4 the addition task stalled at 5% (chapter 12).
+project's learning rate and H = 4 the addition task stalled at 5% (chapter 13).
 
 The mean goes through the gradient `Reducer` of the data-parallel group: Δ is written into
 `.grad`, reduced bucket by bucket, and read back; `.grad` is cleared afterwards.
@@ -59,7 +59,7 @@ class DiLoCo:
             p.grad = anchor - p.data  # Δ_i = before − after
         self.reducer.finish()  # .grad = mean_i Δ_i
         for p, anchor, velocity in zip(self.params, self.anchors, self.velocity):
-            # exercise 12.3: the outer Nesterov step
+            # exercise 13.1: the outer Nesterov step
             # hint: v ← μ·v + Δ; step = Δ + μ·v with Nesterov (else v); θ ← anchor − lr_out·step, in place,
             # hint: and the anchor becomes the new θ.
             velocity *= self.outer_momentum

@@ -42,7 +42,7 @@ def staleness_schedule(delays, staleness):
     tau = [[0] * steps for _ in range(workers)]
     for t in range(steps):
         for w in range(workers):
-            # exercise 12.4: a worker's stalest allowed start
+            # exercise 13.2: a worker's stalest allowed start
             # hint: start when this worker finished its last round AND version t − staleness exists;
             # hint: take the newest version ready by then (never newer than t), then finish after its delay.
             start = max(finish[w], ready[max(0, t - staleness)])

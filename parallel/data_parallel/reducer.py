@@ -223,7 +223,7 @@ class ShardedReducer(Reducer):
 
     def start_next(self):
         self.note_start()
-        # exercise 13.1: the stage-2 reduce-scatter of a bucket
+        # exercise 14.1: the stage-2 reduce-scatter of a bucket
         # hint: give the bucket a fresh zero buffer of n·shard_size elements, pack it, start its reduce-scatter
         # hint: (async_op=True), then free every parameter's .grad: only the packed copy is left.
         bucket = self.buckets[self.started]

@@ -86,7 +86,7 @@ class UnitShards:
         if count > self.microbatches:
             raise RuntimeError(f"a parameter of shape {p.shape} got {count} gradients from {self.microbatches} "
                                "micro-batches: its unit's reduce-scatter has already freed them")
-        # exercise 13.3: a unit's reduce-scatter starts in backward, once its gradients are final
+        # exercise 14.3: a unit's reduce-scatter starts in backward, once its gradients are final
         # hint: while the next bucket not yet started (self.reducer.started) is final (self.bucket_final),
         # hint: start it (self.reducer.start_next()): in index order, so every rank issues the same sequence.
         reducer = self.reducer

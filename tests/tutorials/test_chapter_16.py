@@ -1,50 +1,43 @@
-"""Chapter 16 (smaller models): the scripts run and print the evidence the README talks about:
-BERT's masking shares and its one-device equality through the parallel layers (threads and
-mpiexec), the pruning table, the distillation comparison (tiny runs: format and invariants;
-the README's numbers come from the full runs)."""
+"""Chapter 16 (context parallelism): the scripts run (threads, and mpiexec for the ring) and print
+the evidence the README talks about; the numbers are parsed and checked."""
 import re
 
 import pytest
-from chapter_runner import number_after, run_script
+from chapter_runner import mpi, number_after, numbers_after, run_script
 
-CH16 = "tutorials/16_smaller_models/"
-
-
-@pytest.mark.parametrize("how, ranks", [({"threads": 8}, 8), pytest.param({"mpi_ranks": 4}, 4, marks=pytest.mark.deep)], ids=["threads8", "mpi4"])
-def test_bert_masking_shares_and_the_3d_step_equal_to_one_device(how, ranks):
-    args = [] if ranks == 8 else ["--dp", "1"]
-    out = run_script(CH16 + "bert_masking.py", *args, timeout=300, **how)
-    assert abs(number_after("[MASK]", out) - 0.8) < 0.01
-    assert abs(number_after("random", out) - 0.09) < 0.01       # 10%, of which 1 in 10 redraws the original
-    assert abs(number_after("unchanged", out) - 0.11) < 0.01
-    assert f"ranks that drew the same masks from (seed, step): {ranks} of {ranks}" in out
-    assert number_after("relative loss difference to one device:", out) <= 1e-12
-    assert number_after("largest relative gradient difference to one device:", out) <= 1e-9
-    assert number_after("tied embedding gradient, largest difference to one device:", out) <= 1e-12
-    assert re.search(r"embedding group on rank 0: 1 all-reduce of 112 elements", out)  # (14 / 2) x 16
+CH16 = "tutorials/16_context_parallel/"
+EXACT = 1e-12   # float64 differences to full attention or one device are round-off
 
 
-def table(out):
-    """{model: (parameters, sparsity, pruned, fine-tuned)} of the pruning table."""
-    rows = re.findall(r"^  (\S.*?)\s+([\d,]+)\s+(\d\.\d{4})\s+(\d\.\d{3})\s+(\d\.\d{3})$", out, re.M)
-    return {name: (int(p.replace(",", "")), float(s), float(a), float(b)) for name, p, s, a, b in rows}
+def test_online_softmax_merge_equals_softmax_and_survives_huge_scores():
+    out = run_script(CH16 + "online_softmax.py")
+    assert number_after("merged vs full softmax, largest difference:", out) <= EXACT
+    assert number_after("merged vs full softmax at scores x 1000, largest difference:", out) <= EXACT
+    assert "the naive sum of e^s is inf (overflow: True)" in out
+    assert number_after("block 1 (keys 0, 1): L1 = log(e^1 + e^2) =", out) == 2.313262
+    assert "merged: L = log(e^L1 + e^L2) = 3.460773" in out
 
 
-def test_prune_curve_reaches_each_sparsity_and_structured_pruning_shrinks_the_model():
-    out = run_script(CH16 + "prune_curve.py", "--teacher-steps", "20", "--finetune-steps", "3", "--problems", "20",
-                     "--sparsity", "0.5", "0.9", timeout=600)
-    rows = table(out)
-    assert list(rows) == ["dense (control)", "magnitude 50%", "magnitude 90%", "structured: 1/2 heads + neurons"]
-    dense = rows["dense (control)"][0]
-    assert rows["magnitude 50%"][1] == 0.5 and rows["magnitude 90%"][1] == 0.9
-    assert dense > rows["magnitude 50%"][0] > rows["magnitude 90%"][0]
-    assert rows["structured: 1/2 heads + neurons"][0] < 0.6 * dense
-    assert len(re.findall(r"^  magnitude 90%: step \d+  loss \d\.\d{4}$", out, re.M)) == 3  # progress lines
+def test_work_table_contiguous_idles_ranks_zigzag_balances_and_the_counts_equal_the_formula():
+    out = run_script(CH16 + "work_table.py")
+    contiguous = numbers_after("contiguous", out.split("ring attention")[0])
+    assert [round(r, 3) for r in numbers_after("busiest / mean", out)] == [1.5, 1.0, 1.75, 1.0, 1.875, 1.0]
+    assert numbers_after("(2·cp−1)/cp =", out) == [1.5, 1.75, 1.875]
+    assert contiguous[0] == 131  # rank 0 of cp 2: half its own block of 512
+    assert out.count("counted equals formula: True") == 2
 
 
-def test_distill_gain_prints_both_students_per_seed_and_the_medians():
-    out = run_script(CH16 + "distill_gain.py", "--teacher-steps", "20", "--steps", "3", "--problems", "20",
-                     "--seeds", "0", "1", timeout=600)
-    assert number_after("parameters =", out) <= 0.25  # the student is under a quarter of the teacher
-    assert len(re.findall(r"^ +[01] +\d\.\d{3} +\d\.\d{3}$", out, re.M)) == 2
-    assert re.search(r"^median held-out exact match: alone \d\.\d{3}, distilled \d\.\d{3} \(distillation", out, re.M)
+@pytest.mark.parametrize("how", [{"threads": 4}, mpi(2)], ids=["threads4", "mpi2"])
+def test_the_ring_steps_its_exactness_and_its_traffic(how):
+    out = run_script(CH16 + "ring.py", **how)
+    cp = how.get("threads", how.get("mpi_ranks"))
+    assert len(re.findall(r"^step \d+:$", out, re.M)) == cp
+    assert len(re.findall(r"sends it on to rank", out)) == cp * (cp - 1)
+    diffs = re.search(r"largest difference of output, dq, dk, dv: (\S+), (\S+), (\S+), (\S+)$", out, re.M).groups()
+    assert all(float(d) <= EXACT for d in diffs)
+    counted, formula = re.search(r"\(counted \| formula\): (\d+) \| (\d+)", out).groups()
+    assert counted == formula
+    if cp == 4:
+        assert "mesh dp=1 x tp=2 x pp=1 x cp=2 over 4 ranks (tp fastest, then cp, then dp, then pp)" in out
+        assert number_after("loss difference", out) <= EXACT
+        assert number_after("largest relative gradient difference", out) <= 1e-9

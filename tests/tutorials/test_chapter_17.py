@@ -1,34 +1,50 @@
-"""Chapter 17 (operator graphs): the scripts run and print the evidence the README shows:
-the traced GPT bitwise equal to eager with its DOT written; each pass equal to the graph
-before it (float64 round-off) while bytes moved and saved bytes fall."""
+"""Chapter 17 (smaller models): the scripts run and print the evidence the README talks about:
+BERT's masking shares and its one-device equality through the parallel layers (threads and
+mpiexec), the pruning table, the distillation comparison (tiny runs: format and invariants;
+the README's numbers come from the full runs)."""
 import re
 
-from chapter_runner import number_after, numbers_after, run_script
+import pytest
+from chapter_runner import number_after, run_script
 
-CH17 = "tutorials/17_operator_graphs/"
-
-
-def test_trace_and_draw_shows_a_graph_bitwise_equal_to_eager(tmp_path):
-    out = run_script(CH17 + "trace_and_draw.py", "--out", tmp_path)
-    assert "logits bitwise equal: True, loss bitwise equal: True" in out
-    assert re.search(r"parameters whose gradient is bitwise the eager one: 37 of 37", out)  # 2 layers x 16 + 5
-    ops = int(re.search(r"^total +(\d+) ops", out, re.M).group(1))
-    assert number_after("DOT:", out) == ops == 52
-    assert (tmp_path / "graph.dot").read_text().startswith("digraph")
+CH17 = "tutorials/17_smaller_models/"
 
 
-def test_rewrite_and_fuse_keeps_the_function_and_cuts_the_bytes():
-    out = run_script(CH17 + "rewrite_and_fuse.py", "--gpt", "small")
-    passes = re.findall(r"^after (\w+) +nodes", out, re.M)
-    assert passes == ["eliminate_common_subexpressions", "eliminate_transposes", "fuse_qkv", "fuse_bias_gelu",
-                      "fuse_softmax_chain", "eliminate_dead_nodes"]
-    differences = re.findall(r"output (\S+), gradients (\S+)$", out, re.M)
-    assert len(differences) == len(passes) and all(float(a) <= 1e-12 and float(g) <= 1e-12 for a, g in differences)
-    nodes = numbers_after("nodes", out)
-    assert nodes[1] == nodes[0] - 2  # CSE: the three ln_1(x) are one
-    ops_now = re.search(r"^ops now: (.*)$", out, re.M).group(1)
-    assert "BiasGelu 1" in ops_now and "Concat 2" in ops_now and "Softmax 1" in ops_now
-    assert not re.search(r"\b(Gelu|Where|Mul|Div)\b", ops_now)
-    block = re.search(r"naive block: bytes moved (\S+)x, saved bytes (\S+)x", out)
-    assert float(block.group(1)) < 0.8 and float(block.group(2)) < 0.9
-    assert number_after("small GPT: bytes moved", out) < 0.9
+@pytest.mark.parametrize("how, ranks", [({"threads": 8}, 8), pytest.param({"mpi_ranks": 4}, 4, marks=pytest.mark.deep)], ids=["threads8", "mpi4"])
+def test_bert_masking_shares_and_the_3d_step_equal_to_one_device(how, ranks):
+    args = [] if ranks == 8 else ["--dp", "1"]
+    out = run_script(CH17 + "bert_masking.py", *args, timeout=300, **how)
+    assert abs(number_after("[MASK]", out) - 0.8) < 0.01
+    assert abs(number_after("random", out) - 0.09) < 0.01       # 10%, of which 1 in 10 redraws the original
+    assert abs(number_after("unchanged", out) - 0.11) < 0.01
+    assert f"ranks that drew the same masks from (seed, step): {ranks} of {ranks}" in out
+    assert number_after("relative loss difference to one device:", out) <= 1e-12
+    assert number_after("largest relative gradient difference to one device:", out) <= 1e-9
+    assert number_after("tied embedding gradient, largest difference to one device:", out) <= 1e-12
+    assert re.search(r"embedding group on rank 0: 1 all-reduce of 112 elements", out)  # (14 / 2) x 16
+
+
+def table(out):
+    """{model: (parameters, sparsity, pruned, fine-tuned)} of the pruning table."""
+    rows = re.findall(r"^  (\S.*?)\s+([\d,]+)\s+(\d\.\d{4})\s+(\d\.\d{3})\s+(\d\.\d{3})$", out, re.M)
+    return {name: (int(p.replace(",", "")), float(s), float(a), float(b)) for name, p, s, a, b in rows}
+
+
+def test_prune_curve_reaches_each_sparsity_and_structured_pruning_shrinks_the_model():
+    out = run_script(CH17 + "prune_curve.py", "--teacher-steps", "20", "--finetune-steps", "3", "--problems", "20",
+                     "--sparsity", "0.5", "0.9", timeout=600)
+    rows = table(out)
+    assert list(rows) == ["dense (control)", "magnitude 50%", "magnitude 90%", "structured: 1/2 heads + neurons"]
+    dense = rows["dense (control)"][0]
+    assert rows["magnitude 50%"][1] == 0.5 and rows["magnitude 90%"][1] == 0.9
+    assert dense > rows["magnitude 50%"][0] > rows["magnitude 90%"][0]
+    assert rows["structured: 1/2 heads + neurons"][0] < 0.6 * dense
+    assert len(re.findall(r"^  magnitude 90%: step \d+  loss \d\.\d{4}$", out, re.M)) == 3  # progress lines
+
+
+def test_distill_gain_prints_both_students_per_seed_and_the_medians():
+    out = run_script(CH17 + "distill_gain.py", "--teacher-steps", "20", "--steps", "3", "--problems", "20",
+                     "--seeds", "0", "1", timeout=600)
+    assert number_after("parameters =", out) <= 0.25  # the student is under a quarter of the teacher
+    assert len(re.findall(r"^ +[01] +\d\.\d{3} +\d\.\d{3}$", out, re.M)) == 2
+    assert re.search(r"^median held-out exact match: alone \d\.\d{3}, distilled \d\.\d{3} \(distillation", out, re.M)

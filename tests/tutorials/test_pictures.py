@@ -57,7 +57,7 @@ def test_an_unknown_picture_is_named_in_the_error(capsys):
 def test_every_chapter_has_a_picture_and_chapter_selects_them(capsys):
     chapters = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*"))
     assert sorted({p.chapter for p in PICTURES}) == chapters
-    cli.main(["--list", "--chapter", "13", "8"])
+    cli.main(["--list", "--chapter", "14", "8"])
     listed = capsys.readouterr().out.split()
     assert listed[::2] == ["gpipe_vs_1f1b", "interleaved", "zero_bytes", "prefetch"]
     with pytest.raises(SystemExit):
@@ -66,10 +66,10 @@ def test_every_chapter_has_a_picture_and_chapter_selects_them(capsys):
 
 
 def test_new_pictures_have_their_text_form_without_matplotlib():
-    out = pictures_command("--chapter", "01", "15", "18", hide_matplotlib=True)
+    out = pictures_command("--chapter", "01", "16", "19", hide_matplotlib=True)
     assert "=== 01_autograd: autograd_graph" in out and "backward visits: Sum -> Softplus" in out
-    assert "=== 15_context_parallel: ring_rotation" in out and "rank 0 holds K/V of rank 0" in out
-    assert "=== 18_finding_the_strategy: sharded_block" in out and ".png" not in out
+    assert "=== 16_context_parallel: ring_rotation" in out and "rank 0 holds K/V of rank 0" in out
+    assert "=== 19_finding_the_strategy: sharded_block" in out and ".png" not in out
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_picture_is_computed(tmp_path, monkeypatch, capsys):

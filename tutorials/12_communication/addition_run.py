@@ -1,6 +1,6 @@
 """The chapter's small training run: the addition task on a small GPT, data parallel over
-the ranks, with any communication hook or local SGD. Imported by error_feedback.py and
-local_sgd.py (not a script of its own)."""
+the ranks, with any communication hook or local SGD. Imported by error_feedback.py, and by
+chapter 13's local_sgd.py and staleness.py (not a script of its own)."""
 import numpy as np
 
 import minitensor as mt

@@ -58,66 +58,66 @@ TESTS = {
              "tests/parallel/pipeline/test_zero_bubble.py::test_1f1b_at_equal_costs_idles_three_times_as_long",
              "tests/parallel/pipeline/test_zero_bubble.py::"
              "test_zb_h1_peak_activations_equal_1f1b_and_zb_h2_holds_at_most_2p_minus_1"],
-    "15.1": ["tests/parallel/context_parallel/test_ring_attention.py::"
+    "16.1": ["tests/parallel/context_parallel/test_ring_attention.py::"
              "test_the_log_sum_exp_merge_of_two_blocks_is_softmax_over_both",
              "tests/parallel/context_parallel/test_ring_attention.py::"
              "test_each_rank_holds_its_slice_of_full_attention_and_its_gradients"],
-    "13.1": [f"{FULLY_SHARDED}::test_gpt_equals_adamw_on_one_device[2]",
+    "14.1": [f"{FULLY_SHARDED}::test_gpt_equals_adamw_on_one_device[2]",
              f"{FULLY_SHARDED}::test_gpt_equals_adamw_on_one_device[3]"],
-    "13.2": [f"{FULLY_SHARDED}::test_gathers_due_issues_in_order_with_prefetch_and_the_unread_tail",
+    "14.2": [f"{FULLY_SHARDED}::test_gathers_due_issues_in_order_with_prefetch_and_the_unread_tail",
              f"{FULLY_SHARDED}::test_the_gather_order_is_the_same_on_ranks_whose_backward_reads_different_uses"],
-    "13.3": [f"{FULLY_SHARDED}::test_every_units_reduce_scatter_starts_before_the_schedule_ends[zero2]",
+    "14.3": [f"{FULLY_SHARDED}::test_every_units_reduce_scatter_starts_before_the_schedule_ends[zero2]",
              f"{FULLY_SHARDED}::test_every_units_reduce_scatter_starts_before_the_schedule_ends[zero3-pp2]"],
     "12.1": ["tests/parallel/data_parallel/test_comm_hooks.py::test_error_feedback_loses_nothing[TopK-options0-True]",
              "tests/parallel/data_parallel/test_comm_hooks.py::test_a_hook_restored_from_its_state_continues_bitwise_alike"
              "[TopK-options1]"],
     "12.2": ["tests/parallel/data_parallel/test_comm_hooks.py::test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space",
              "tests/parallel/data_parallel/test_comm_hooks.py::test_powersgd_at_full_rank_is_data_parallelism"],
-    "12.3": ["tests/parallel/data_parallel/test_local_sgd.py::test_one_local_step_with_outer_lr_one_and_no_momentum_is_synchronous_sgd",
+    "13.1": ["tests/parallel/data_parallel/test_local_sgd.py::test_one_local_step_with_outer_lr_one_and_no_momentum_is_synchronous_sgd",
              "tests/parallel/data_parallel/test_local_sgd.py::test_diloco_equals_a_sequential_simulation_of_the_replicas"],
-    "12.4": ["tests/parallel/data_parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
+    "13.2": ["tests/parallel/data_parallel/test_parameter_server.py::test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous",
              "tests/parallel/data_parallel/test_parameter_server.py::test_a_stale_run_replays_bit_for_bit_in_one_process[1]"],
-    "14.1": ["tests/minitensor/test_amp.py::test_scaler_backs_off_on_overflow_and_grows_after_growth_interval_clean_steps",
+    "15.1": ["tests/minitensor/test_amp.py::test_scaler_backs_off_on_overflow_and_grows_after_growth_interval_clean_steps",
              "tests/minitensor/test_amp.py::test_scale_stays_a_power_of_two_between_min_scale_and_its_growth",
              "tests/minitensor/test_amp.py::test_an_inf_or_nan_gradient_is_found_and_the_step_skipped"],
 }
 
-# --- chapter 16: smaller models (BERT's masking, pruning, distillation) ---
+# --- chapter 17: smaller models (BERT's masking, pruning, distillation) ---
 BERT_TESTS, PRUNE, DISTILL = "tests/minitensor/test_bert.py", "tests/minitensor/test_prune.py", "tests/minitensor/test_distill.py"
 TESTS.update({
-    "16.1": [f"{BERT_TESTS}::test_every_row_gets_the_same_count_of_labels_at_maskable_positions_only",
+    "17.1": [f"{BERT_TESTS}::test_every_row_gets_the_same_count_of_labels_at_maskable_positions_only",
              f"{BERT_TESTS}::test_chosen_tokens_are_80_percent_mask_10_random_10_unchanged"],
-    "16.2": [f"{PRUNE}::test_magnitude_pruning_reaches_the_requested_sparsity_exactly",
+    "17.2": [f"{PRUNE}::test_magnitude_pruning_reaches_the_requested_sparsity_exactly",
              f"{PRUNE}::test_global_scope_prunes_the_smallest_weights_of_all_matrices_together"],
-    "16.3": [f"{PRUNE}::test_the_physically_pruned_model_equals_the_masked_one[heads-2-2-gpt]",
+    "17.3": [f"{PRUNE}::test_the_physically_pruned_model_equals_the_masked_one[heads-2-2-gpt]",
              f"{PRUNE}::test_the_physically_pruned_model_equals_the_masked_one[heads-1-1-bert]"],
-    "16.4": [f"{DISTILL}::test_the_loss_is_the_formula",
+    "17.4": [f"{DISTILL}::test_the_loss_is_the_formula",
              f"{DISTILL}::test_limits_alpha_one_is_the_cross_entropy_and_a_perfect_student_has_no_soft_loss"],
 })
 
-# --- chapter 17: operator graphs (capture, rewrites, fusion) ---
+# --- chapter 18: operator graphs (capture, rewrites, fusion) ---
 GRAPH_PASSES = "tests/minitensor/test_graph_passes.py"
 TESTS.update({
-    "17.1": [f"{GRAPH_PASSES}::test_common_subexpression_elimination_computes_a_repeat_once",
+    "18.1": [f"{GRAPH_PASSES}::test_common_subexpression_elimination_computes_a_repeat_once",
              f"{GRAPH_PASSES}::test_all_passes_on_a_gpt_keep_its_loss_and_gradients"],
-    "17.2": [f"{GRAPH_PASSES}::test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel",
+    "18.2": [f"{GRAPH_PASSES}::test_bias_gelu_fusion_adds_the_bias_inside_the_gelu_kernel",
              f"{GRAPH_PASSES}::test_all_passes_on_a_gpt_keep_its_loss_and_gradients"],
 })
 
-# --- chapter 18: finding the strategy (the sharding search) ---
+# --- chapter 19: finding the strategy (the sharding search) ---
 AUTO_SHARDING, AUTO_SEARCH = f"{PLAN}/test_auto_sharding.py", f"{PLAN}/test_auto_search.py"
 TESTS.update({
-    "18.1": [f"{AUTO_SHARDING}::test_reshard_seconds_are_the_planners_alpha_beta_formulas",
+    "19.1": [f"{AUTO_SHARDING}::test_reshard_seconds_are_the_planners_alpha_beta_formulas",
              f"{AUTO_SEARCH}::test_mlp_is_split_column_then_row_with_one_all_reduce[2]"],
-    "18.2": [f"{AUTO_SEARCH}::test_the_search_finds_the_brute_force_minimum",
+    "19.2": [f"{AUTO_SEARCH}::test_the_search_finds_the_brute_force_minimum",
              f"{AUTO_SEARCH}::test_attention_is_split_by_heads_with_one_all_reduce[2]"],
 })
 
-# --- chapter 19: mixture of experts ---
+# --- chapter 20: mixture of experts ---
 MOE = "tests/minitensor/test_moe.py"
 TESTS.update({
-    "19.1": [f"{MOE}::test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties",
+    "20.1": [f"{MOE}::test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties",
              f"{MOE}::test_the_balancing_loss_is_alpha_for_a_uniform_router_and_grows_with_imbalance"],
-    "19.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
+    "20.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
              f"{MOE}::test_the_layer_equals_its_definition_token_by_token[None-True]"],
 })

@@ -3,7 +3,7 @@
     pip install -e '.[plots]'                      # matplotlib, the one optional dependency
     python -m tutorials.pictures                   # every picture, into tutorials/NN_*/pictures/
     python -m tutorials.pictures ring_steps mesh_grid --out /tmp/pictures
-    python -m tutorials.pictures --chapter 13 15   # the pictures of chapters 13 and 15
+    python -m tutorials.pictures --chapter 14 16   # the pictures of chapters 14 and 16
     python -m tutorials.pictures --text            # the text form of every picture instead
     python -m tutorials.pictures --list
 
@@ -17,7 +17,7 @@ slow runs (training, sweeps) for the test suite; the committed pictures are made
 Timing-dependent pictures use simulated timelines, modelled link times or medians.
 
 The package: `draw.py` (running a script, the shared drawings), one module per group of
-chapters (`foundations`, `layouts`, `pipelines`, `communication`, `search`), `cli.py`.
+chapters (`foundations`, `layouts`, `pipelines`, `communication`, `staleness`, `search`, `experts`), `cli.py`.
 
 Why a part of `tutorials/` and not of `parallel/`: a picture is teaching material
 about one chapter's run, the library stays free of a plotting dependency, and what

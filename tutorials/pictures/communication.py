@@ -1,4 +1,4 @@
-"""Chapters 12–14: seconds to target per method and link, error feedback, ZeRO's bytes and prefetch,
+"""Chapters 12, 14, 15: seconds to target per method and link, error feedback, ZeRO's bytes and prefetch,
 the loss scale, the flush to zero."""
 import re
 
@@ -107,9 +107,9 @@ def draw_error_feedback(plt, results):
 
 
 def zero_bytes(quick):
-    """Chapter 13: who_holds_what.py's bytes held per rank by kind for stages 0–3 (its `train`, 4 thread
+    """Chapter 14: who_holds_what.py's bytes held per rank by kind for stages 0–3 (its `train`, 4 thread
     ranks, 3 steps; --quick: 1), with the formula of parallel.plan beside."""
-    script = load_script("13_zero_sharding/who_holds_what.py")
+    script = load_script("14_zero_sharding/who_holds_what.py")
     steps = 1 if quick else 3
 
     def every_stage():
@@ -152,8 +152,8 @@ def draw_zero_bytes(plt, data):
 
 
 def prefetch(quick):
-    """Chapter 13: prefetch_timeline.py's events of rank 0 (its `one_step`, 2 thread ranks), prefetch 0 and 1."""
-    script = load_script("13_zero_sharding/prefetch_timeline.py")
+    """Chapter 14: prefetch_timeline.py's events of rank 0 (its `one_step`, 2 thread ranks), prefetch 0 and 1."""
+    script = load_script("14_zero_sharding/prefetch_timeline.py")
 
     def both():
         return {p: script.one_step(parallel.world(), p) for p in (0, 1)}
@@ -193,8 +193,8 @@ def draw_prefetch(plt, runs):
 
 
 def loss_scale(quick):
-    """Chapter 14: scaler_trajectory.py on 4 thread ranks (dp 2 x tp 2), the steps as it prints them."""
-    text = printed(load_script("14_mixed_precision/scaler_trajectory.py").main, threads=4)[1]
+    """Chapter 15: scaler_trajectory.py on 4 thread ranks (dp 2 x tp 2), the steps as it prints them."""
+    text = printed(load_script("15_mixed_precision/scaler_trajectory.py").main, threads=4)[1]
     steps = [(int(s), float(e), what.startswith("skipped"), float(loss)) for s, e, what, loss in
              re.findall(r"step\s+(\d+): loss scale 2\^(\S+)\s+(skipped|stepped).*?loss ([\d.naninf]+)", text)]
     return steps, text
@@ -217,9 +217,9 @@ def draw_loss_scale(plt, steps):
 
 
 def flush_to_zero(quick):
-    """Chapter 14: the GPT gradients of underflow.py (its `gradients`, its data), their float64 magnitudes,
+    """Chapter 15: the GPT gradients of underflow.py (its `gradients`, its data), their float64 magnitudes,
     and how many float16 flushes to zero at each loss scale; the text is the script's `underflow()`."""
-    script = load_script("14_mixed_precision/underflow.py")
+    script = load_script("15_mixed_precision/underflow.py")
     rng = np.random.default_rng(0)
     idx, targets = rng.integers(0, 11, (8, 8)), rng.integers(0, 11, (8, 8))
     exact = script.gradients(np.float64, 1.0, idx, targets)
@@ -256,8 +256,8 @@ def draw_flush_to_zero(plt, data):
 PICTURES = [
     Picture("seconds_to_target", "12_communication", seconds_to_target, draw_seconds_to_target),
     Picture("error_feedback", "12_communication", error_feedback, draw_error_feedback),
-    Picture("zero_bytes", "13_zero_sharding", zero_bytes, draw_zero_bytes),
-    Picture("prefetch", "13_zero_sharding", prefetch, draw_prefetch),
-    Picture("loss_scale", "14_mixed_precision", loss_scale, draw_loss_scale),
-    Picture("flush_to_zero", "14_mixed_precision", flush_to_zero, draw_flush_to_zero),
+    Picture("zero_bytes", "14_zero_sharding", zero_bytes, draw_zero_bytes),
+    Picture("prefetch", "14_zero_sharding", prefetch, draw_prefetch),
+    Picture("loss_scale", "15_mixed_precision", loss_scale, draw_loss_scale),
+    Picture("flush_to_zero", "15_mixed_precision", flush_to_zero, draw_flush_to_zero),
 ]

@@ -1,4 +1,4 @@
-"""Chapter 19's pictures, from routing.py's own functions: tokens per expert with and without
+"""Chapter 20's pictures, from routing.py's own functions: tokens per expert with and without
 the balancing loss, and one step's dispatch all-to-all as a grid of who sends whom how many rows."""
 import numpy as np
 
@@ -9,7 +9,7 @@ from .draw import Picture, load_script
 
 def loads(quick):
     """Tokens per expert of the first MoE layer over the last 10 steps, α = 0 and α = 0.01."""
-    script, task = load_script("19_mixture_of_experts/routing.py"), AdditionTask(digits=2, seed=0)
+    script, task = load_script("20_mixture_of_experts/routing.py"), AdditionTask(digits=2, seed=0)
     steps = 20 if quick else 60
     data = {aux: script.loads(aux, steps, task) for aux in (0.0, 0.01)}
     text = "\n".join(f"balancing loss α={aux}: tokens per expert {load.tolist()}, max/mean "
@@ -30,7 +30,7 @@ def draw_loads(plt, data):
 
 def dispatch(quick):
     """grid[r, s]: rows rank r sends rank s in the first MoE layer's dispatch (ep = 4)."""
-    script = load_script("19_mixture_of_experts/routing.py")
+    script = load_script("20_mixture_of_experts/routing.py")
     grid = script.dispatch_grid(AdditionTask(digits=2, seed=0))
     text = "\n".join("  " + " ".join(f"{n:4d}" for n in row) for row in grid)
     return grid, f"dispatch all-to-all, rows from rank (row) to rank (column):\n{text}"
@@ -48,6 +48,6 @@ def draw_dispatch(plt, grid):
 
 
 PICTURES = [
-    Picture("tokens_per_expert", "19_mixture_of_experts", loads, draw_loads),
-    Picture("all_to_all_grid", "19_mixture_of_experts", dispatch, draw_dispatch),
+    Picture("tokens_per_expert", "20_mixture_of_experts", loads, draw_loads),
+    Picture("all_to_all_grid", "20_mixture_of_experts", dispatch, draw_dispatch),
 ]

@@ -1,4 +1,4 @@
-"""Chapters 15–18: the ring's K/V rotation and its work, sparsity against accuracy, the traced block,
+"""Chapters 16–19: the ring's K/V rotation and its work, sparsity against accuracy, the traced block,
 the chosen stage cut and the sharded block."""
 import copy
 
@@ -16,9 +16,9 @@ RELATION = {"past": COLOURS["forward"], "diagonal": "#8fb0de", "future": "#eeeee
 
 
 def ring_rotation(quick):
-    """Chapter 15: ring.py's `ring_steps` (cp = 4, zigzag) — which K/V block each rank holds at each step
+    """Chapter 16: ring.py's `ring_steps` (cp = 4, zigzag) — which K/V block each rank holds at each step
     and which of its chunk pairs it computes — from the layout functions the script calls."""
-    script = load_script("15_context_parallel/ring.py")
+    script = load_script("16_context_parallel/ring.py")
     cp, lines = 4, []
     script.ring_steps(cp, "zigzag", lines.append)
     cells = {(rank, step): ((rank - step) % cp, [[causal_relation(q, k) for k in rank_chunks((rank - step) % cp, cp,
@@ -58,8 +58,8 @@ def draw_ring_rotation(plt, data):
 
 
 def cp_work(quick):
-    """Chapter 15: work_table.py's work per rank (layout.attention_work, sequence 2·cp·256), cp = 4 and 8."""
-    script = load_script("15_context_parallel/work_table.py")
+    """Chapter 16: work_table.py's work per rank (layout.attention_work, sequence 2·cp·256), cp = 4 and 8."""
+    script = load_script("16_context_parallel/work_table.py")
     work = {(cp, layout): [attention_work(2 * cp * script.CHUNK, r, cp, layout) for r in range(cp)]
             for cp in (4, 8) for layout in ("contiguous", "zigzag")}
     text = "".join(printed(script.table, cp)[1] for cp in (4, 8))
@@ -86,7 +86,7 @@ def draw_cp_work(plt, work):
 
 
 def sparsity(quick):
-    """Chapter 16: held-out exact match of the cached 2000-step teacher (parallel.compress, what
+    """Chapter 17: held-out exact match of the cached 2000-step teacher (parallel.compress, what
     prune_curve.py runs) with a share of its block weights zeroed by magnitude (global), before any
     fine-tuning, and with half its heads and neurons removed; --quick: a 40-step teacher, 50 problems."""
     from minitensor.data import exact_match
@@ -140,9 +140,9 @@ def block_subgraph(g, prefix="blocks.0."):
 
 
 def traced_block(quick):
-    """Chapter 17: trace_and_draw.py's traced GPT (minitensor.graph.trace, the script's config and data),
+    """Chapter 18: trace_and_draw.py's traced GPT (minitensor.graph.trace, the script's config and data),
     block 0 cut out of it; the text is the script's run (the table of block 0's rows)."""
-    script = load_script("17_operator_graphs/trace_and_draw.py")
+    script = load_script("18_operator_graphs/trace_and_draw.py")
     mt.manual_seed(0)
     config = script.GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, d_model=16)
     model = script.GPT(config, dtype=mt.float64)
@@ -155,7 +155,7 @@ def draw_traced_block(plt, g):
     fig, ax = plt.subplots(figsize=(6.5, 7.5))
     draw_graph(ax, g, label=lambda n: n.name if n.op == "input" else f"{n.op} {n.shape}\n{n.flops:,} FLOPs",
                params=lambda n, names: (names[0].rsplit(".", 1)[0].removeprefix("blocks.0."), "#f3d9c4"))
-    ax.set_title(f"block 0 of chapter 17's traced GPT: {sum(n.op not in ('input', 'param') for n in g.nodes)} ops "
+    ax.set_title(f"block 0 of chapter 18's traced GPT: {sum(n.op not in ('input', 'param') for n in g.nodes)} ops "
                  "(boxes: op, output shape,\nforward FLOPs), its parameters (orange), the residual stream in "
                  "(add_0) and out;\ndrawn from the graph's data with matplotlib, no Graphviz", fontsize=8)
     fig.tight_layout()
@@ -167,7 +167,7 @@ LAYOUT_COLOURS = {"R": "#eeeeee", "S(0)": COLOURS["forward"], "S(1)": COLOURS["b
 
 
 def sharded_block(quick):
-    """Chapter 18: rediscover_megatron.py's search (parallel.plan.auto.auto_shard on one traced block of
+    """Chapter 19: rediscover_megatron.py's search (parallel.plan.auto.auto_shard on one traced block of
     the medium config, micro-batch 8, tp = 2, laptop profile): every value's layout and the collectives."""
     from parallel.plan import get_config
     from parallel.plan.auto import Machine, auto_shard, block_graph
@@ -200,9 +200,9 @@ def draw_sharded_block(plt, data):
 
 
 def stage_cut(quick):
-    """Chapter 18: stage_boundaries.py's parts (parallel.plan.parts.measure_parts: medians of repeats),
+    """Chapter 19: stage_boundaries.py's parts (parallel.plan.parts.measure_parts: medians of repeats),
     its two balances for pp = 3 (by measured time, by parameter count) and each stage's seconds."""
-    script = load_script("18_finding_the_strategy/stage_boundaries.py")
+    script = load_script("19_finding_the_strategy/stage_boundaries.py")
     from parallel.pipeline.partition import balance_by_cost, balance_by_parameters
     from parallel.plan.parts import measure_parts
     from parallel.plan.validate_worker import dense_gpt
@@ -245,10 +245,10 @@ def draw_stage_cut(plt, data):
 
 
 PICTURES = [
-    Picture("ring_rotation", "15_context_parallel", ring_rotation, draw_ring_rotation),
-    Picture("cp_work", "15_context_parallel", cp_work, draw_cp_work),
-    Picture("sparsity", "16_smaller_models", sparsity, draw_sparsity),
-    Picture("traced_block", "17_operator_graphs", traced_block, draw_traced_block),
-    Picture("stage_cut", "18_finding_the_strategy", stage_cut, draw_stage_cut),
-    Picture("sharded_block", "18_finding_the_strategy", sharded_block, draw_sharded_block),
+    Picture("ring_rotation", "16_context_parallel", ring_rotation, draw_ring_rotation),
+    Picture("cp_work", "16_context_parallel", cp_work, draw_cp_work),
+    Picture("sparsity", "17_smaller_models", sparsity, draw_sparsity),
+    Picture("traced_block", "18_operator_graphs", traced_block, draw_traced_block),
+    Picture("stage_cut", "19_finding_the_strategy", stage_cut, draw_stage_cut),
+    Picture("sharded_block", "19_finding_the_strategy", sharded_block, draw_sharded_block),
 ]

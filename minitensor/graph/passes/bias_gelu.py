@@ -30,7 +30,7 @@ class BiasGelu(Gelu):
         return super().forward(np.add(y, bias, out=y) if inplace else y + bias)
 
     def backward(self, grad):
-        # exercise 17.2: bias + GELU backward
+        # exercise 18.2: bias + GELU backward
         # hint: z = y + b, so dy = gelu'(z)·grad (Gelu's backward: super().backward) and db is that
         # hint: summed back to the bias's shape (unbroadcast); return both.
         dz = super().backward(grad)

@@ -32,7 +32,7 @@ def node_key(node):
 
 def eliminate_common_subexpressions(graph):
     """The graph with each repeated computation done once (later copies read the first)."""
-    # exercise 17.1: common-subexpression elimination
+    # exercise 18.1: common-subexpression elimination
     # hint: walk graph.nodes in order; a node whose key (node_key, after renaming its inputs to the
     # hint: nodes that replaced them) was seen before is renamed to that first node and dropped.
     first, renames, kept = {}, {}, []

@@ -36,7 +36,7 @@ def boundary_layout(node, boundary):
 def forward_seconds(node, source, target, machine, nbytes):
     """Seconds to bring `node`'s value (`nbytes`) from `source` into the layout a reader needs.
     A parameter is read as it is stored (or sliced, for free): gathering weights before use is
-    ZeRO-3's business (chapter 13), not this search's, so it costs infinity here."""
+    ZeRO-3's business (chapter 14), not this search's, so it costs infinity here."""
     seconds = machine.reshard_seconds(source, target, nbytes)
     return float("inf") if seconds and node.op == "param" else seconds
 

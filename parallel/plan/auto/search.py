@@ -93,7 +93,7 @@ def auto_shard(graph, machine, boundary=REPLICATED, fixed=None):
 def step(nodes, sizes, node, rule, machine, live, position, last):
     """Seconds op `node` adds by `rule`: compute, its inputs' forward reshards, and the
     backward reshard of each input it reads last (whose gradient is then complete)."""
-    # exercise 18.2: one step of the dynamic program
+    # exercise 19.2: one step of the dynamic program
     # hint: the op's compute; for each input, the forward reshard into rule.inputs[index] and its gradient
     # hint: joined into live[name]; an input read for the last time here leaves `live` and pays its gradient's reshard.
     cost = machine.compute_seconds(node, rule)

@@ -65,7 +65,7 @@ def collective(source, target):
 
 def reshard_seconds(source, target, nbytes, tp, alpha, beta):
     """Seconds of `collective(source, target)` on a value of `nbytes` (the α–β model)."""
-    # exercise 18.1: the cost of changing a layout
+    # exercise 19.1: the cost of changing a layout
     # hint: collective(source, target) names it; all-reduce and all-gather / reduce-scatter are the
     # hint: planner's ring_all_reduce and all_gather; an all-to-all sends (n − 1) messages of nbytes/n² bytes.
     kind = collective(source, target)
