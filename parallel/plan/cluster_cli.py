@@ -6,8 +6,10 @@
 
 --json prints ONE JSON object (a stable interface; keys are only ever added): step_seconds,
 tflops_per_device (the Megatron paper's model flops), memory_bytes_per_device, fits, the layout
-(tp, pp, dp, micro_batch, micro_batches, v) and the seconds and bytes behind them. Without m or v in
---layout the fastest fitting micro-batch size and interleaving are chosen.
+(tp, pp, dp, micro_batch, micro_batches, v, recompute), sequence_parallel, and the seconds and bytes
+behind them. Without m or v in --layout the fastest fitting micro-batch size and interleaving are
+chosen; recompute=full (the default) or selective and sp=1 (sequence parallelism) pick Korthikanti et
+al. 2022's modes.
 """
 import json
 
@@ -15,27 +17,33 @@ from .cluster import best_steps, figures, layout_error, model_flops, with_micro_
 from .profiles import load_profile
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
+MODES = {"recompute": ("full", "selective"), "sp": ("0", "1")}  # values that are words, not counts
 
 
 def add_flags(parser):
     parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
-                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS]; full recomputation, Megatron-LM's step")
+                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1]; "
+                        "Megatron-LM's step")
     parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object")
     parser.add_argument("--validate-published", action="store_true",
                         help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. 2021)")
 
 
 def parse_layout(text):
-    """'tp=8,pp=64,dp=6,m=1,v=2' -> {"tp": 8, ...}; ValueError naming the bad part."""
+    """'tp=8,pp=64,dp=6,m=1,v=2,recompute=selective,sp=1' -> {"tp": 8, ..., "recompute": "selective",
+    "sp": True}; ValueError naming the bad part."""
     parts = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
-        key = key.strip()
-        if key not in KEYS or not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int")
+        key, value = key.strip(), value.strip()
+        if key in MODES and value not in MODES[key]:
+            raise ValueError(f"--layout {text!r}: {item!r}: {key} is one of {', '.join(MODES[key])}")
+        if key not in MODES and (key not in KEYS or not value.isdigit() or int(value) < 1):
+            raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int, "
+                             "recompute=full|selective or sp=0|1")
         if key in parts:
             raise ValueError(f"--layout {text!r}: {key} given twice")
-        parts[key] = int(value)
+        parts[key] = value if key == "recompute" else value == "1" if key == "sp" else int(value)
     missing = {"tp", "pp", "dp"} - set(parts)
     if missing:
         raise ValueError(f"--layout {text!r} lacks {', '.join(sorted(missing))}")
@@ -62,12 +70,14 @@ def run(args, parser, model_config):
         if args.mem_per_device:
             profile = {**profile, "memory_gib": args.mem_per_device / 2**30}
         steps = best_steps(config, profile, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
-                           parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16))
+                           parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16),
+                           recompute=parts.get("recompute", "full"), sequence_parallel=parts.get("sp", False))
     except ValueError as error:
         parser.error(str(error))
     if not steps:
         why = layout_error(config, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
-                           parts.get("m", 1), parts.get("v", 1), figures(profile)["gpus_per_node"])
+                           parts.get("m", 1), parts.get("v", 1), figures(profile)["gpus_per_node"],
+                           parts.get("recompute", "full"), parts.get("sp", False))
         parser.error(f"--layout {args.layout}: {why or 'no micro-batch size ≤ 16 and interleaving runs it'}")
     best = steps[0]
     out = {"device": profile["name"], "model_flops_per_step": model_flops(config, args.batch),
@@ -77,7 +87,8 @@ def run(args, parser, model_config):
     else:
         lay = out["layout"]
         print(f"{config} on {args.devices} × {profile['name']}, batch {args.batch}: tp={lay['tp']} pp={lay['pp']} "
-              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, full recompute")
+              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, {lay['recompute']} recompute"
+              f"{', sequence parallel' if out['sequence_parallel'] else ''}")
         print(f"step {best.seconds['step']:.4g} s = " + ", ".join(
             f"{k} {v:.3g}" for k, v in best.seconds.items() if k not in ("step", "gemm", "memory_bound")))
         print(f"{best.tflops:.1f} TFLOP/s per GPU (model flops, the paper's eq. 3); memory "

@@ -207,6 +207,35 @@ def test_a_profile_without_cluster_figures_is_refused(capsys):
 
 def test_parse_layout():
     assert parse_layout("tp=2,pp=4,dp=8,m=2,v=3") == {"tp": 2, "pp": 4, "dp": 8, "m": 2, "v": 3}
+    assert parse_layout("tp=8,pp=8,dp=1,recompute=selective,sp=1") == {"tp": 8, "pp": 8, "dp": 1,
+                                                                      "recompute": "selective", "sp": True}
+    assert parse_layout("tp=8,pp=8,dp=1,recompute=full,sp=0")["sp"] is False
+
+
+def test_the_cli_costs_korthikanti_et_als_modes_as_the_model_does(capsys):
+    """--layout's recompute= and sp= reach the model: the JSON is the Step of those modes, and they
+    are faster than full recomputation on the same layout (the 175B row of Table 5)."""
+    gpt_175b = ["--n-layer", "96", "--d-model", "12288", "--n-head", "96", "--vocab", "51200", "--seq", "2048",
+                "--batch", "64", "--devices", "64", "--device", "a100-80gb"]
+    seconds = {}
+    for mode in ("", ",recompute=selective,sp=1"):
+        assert main([*gpt_175b, "--layout", f"tp=8,pp=8,dp=1,m=2,v=6{mode}", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        seconds[mode] = out["step_seconds"]
+    assert out["layout"]["recompute"] == "selective" and out["sequence_parallel"] is True
+    expected = step(row_config(TABLE_5[1]), A100, 64, 8, 8, 1, 2, 6, "selective", True)
+    assert seconds[",recompute=selective,sp=1"] == pytest.approx(expected.seconds["step"], rel=1e-12)
+    assert seconds[",recompute=selective,sp=1"] < 0.8 * seconds[""]
+
+
+@pytest.mark.parametrize("layout, message", [("tp=8,pp=8,dp=1,sp=2", "sp is one of 0, 1"),
+                                             ("tp=8,pp=8,dp=1,recompute=some", "recompute is one of full, selective"),
+                                             ("tp=1,pp=8,dp=8,sp=1", "sequence parallelism needs tp > 1")])
+def test_bad_modes_fail_with_one_line_naming_the_value(layout, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--n-layer", "96", "--d-model", "12288", "--n-head", "96", "--vocab", "51200", "--seq", "2048",
+              "--batch", "64", "--devices", "64", "--device", "a100-80gb", "--layout", layout])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_validate_published_cli(capsys):
