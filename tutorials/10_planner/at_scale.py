@@ -1,37 +1,56 @@
-"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1.
+"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1 and the
+held-out Table 5 of Korthikanti et al. 2022.
 
-    python tutorials/10_planner/at_scale.py            # the table (python -m parallel.plan --validate-published)
+    python tutorials/10_planner/at_scale.py            # the tables (python -m parallel.plan --validate-published)
     python tutorials/10_planner/at_scale.py --picture  # also redraw pictures/at_scale.png
 """
 import sys
 from pathlib import Path
 
-from parallel.plan.published import GOAL_ERROR, TABLE_1, validate_published
+from parallel.plan.cluster import model_flops
+from parallel.plan.profiles import load_profile
+from parallel.plan.published import DEVICE, GOAL_ERROR, TABLE_1, TABLE_5, row_config, validate_published, validate_table_5
 
 PICTURE = Path(__file__).with_name("pictures") / "at_scale.png"
 
 
+def table_5_points():
+    """(label, published, predicted) TFLOP/s per GPU of Table 5's rows, both by the 2021 paper's eq. 3 (the
+    flops it counts, recomputation included, over each run's seconds): the same unit as Table 1."""
+    points = {}
+    results = validate_table_5(load_profile(DEVICE), out=lambda line: None)  # each mode's rows in TABLE_5's order
+    for row, r in zip(TABLE_5 * (len(results) // len(TABLE_5)), results):
+        flops_per_gpu = model_flops(row_config(row), row[7]) / (row[6] * 1e12)
+        points.setdefault(r["mode"], []).append((f"{row[0]:g}B", flops_per_gpu / r["published"], r["step"].tflops))
+    return points
+
+
 def render(results, path=PICTURE):
-    """Predicted against published TFLOP/s per GPU, one point per row, the ±15% band shaded."""
+    """Predicted against published TFLOP/s per GPU, one point per row of each table, the ±15% band shaded."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    published = [r["published"] for r in results]
-    predicted = [r["predicted"] for r in results]
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    line = [120, 200]
+    series = {"Narayanan et al. 2021, Table 1 (full recomputation)":
+              [(f"{row[0]:g}B", r["published"], r["predicted"]) for row, r in zip(TABLE_1, results)]}
+    for mode, points in table_5_points().items():
+        series[f"Korthikanti et al. 2022, Table 5 ({mode}; held out)"] = points
+    fig, ax = plt.subplots(figsize=(6, 5.5))
+    line = [110, 260]
     ax.plot(line, line, color="black", lw=1, label="predicted = published")
     ax.fill_between(line, [x * (1 - GOAL_ERROR) for x in line], [x * (1 + GOAL_ERROR) for x in line],
                     color="tab:green", alpha=0.15, label=f"±{GOAL_ERROR:.0%}")
-    ax.scatter(published, predicted, color="tab:blue", zorder=3)
-    for row, x, y in zip(TABLE_1, published, predicted):
-        ax.annotate(f"{row[0]:g}B", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    for (name, points), color, marker in zip(series.items(), ("tab:blue", "tab:orange", "tab:purple"), "o^s"):
+        ax.scatter([x for _, x, _ in points], [y for _, _, y in points], color=color, marker=marker, zorder=3,
+                   label=name)
+        for i, (label, x, y) in enumerate(points):  # neighbours' labels on opposite sides
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -3) if i % 2 else (-5, 3),
+                        ha="left" if i % 2 else "right", fontsize=7, color=color)
     ax.set_xlim(*line)
     ax.set_ylim(*line)
-    ax.set_xlabel("published TFLOP/s per GPU (Narayanan et al. 2021, Table 1)")
+    ax.set_xlabel("published TFLOP/s per GPU (the 2021 paper's eq. 3 over the published time)")
     ax.set_ylabel("predicted TFLOP/s per GPU (parallel.plan.cluster)")
-    ax.set_title("Megatron-LM on up to 3072 A100s: the planner vs the paper", fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("Megatron-LM on up to 3072 A100s: the planner vs two papers", fontsize=10)
+    ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -277,3 +277,16 @@ def test_chapter_10_at_scale_draws_its_picture(tmp_path):
                                              "at-scale picture was NOT rendered (its table was checked) !!!")
     results = validate_published(out=lambda line: None)
     assert load_at_scale().render(results, tmp_path / "at_scale.png").stat().st_size > 10_000
+
+
+def test_the_pictures_table_5_points_are_eq_3_throughput_of_the_published_and_predicted_seconds():
+    """Table 5 is in seconds; the picture puts it on Table 1's axis: eq. 3's flops per GPU over each time."""
+    points = load_at_scale().table_5_points()
+    assert [len(p) for p in points.values()] == [4, 4] and set(points) == {"full", "selective + SP"}
+    row = TABLE_5[3]                                                    # 1T, 512 GPUs, batch 512
+    eq_3 = 96 * 512 * 2048 * 128 * 25600**2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
+    label, published, predicted = points["selective + SP"][3]
+    assert label == "1000B" and published == pytest.approx(eq_3 / (row[9] * 512) / 1e12, rel=1e-12)
+    step_1t = next(r["step"] for r in validate_table_5(A100, out=lambda line: None)
+                   if r["mode"] == "selective + SP" and r["published"] == row[9])
+    assert predicted == pytest.approx(eq_3 / (step_1t.seconds["step"] * 512) / 1e12, rel=1e-12)
