@@ -77,8 +77,31 @@ def one_blas_thread():
     (8, 8, 128, 128) @ (8, 8, 128, 64) stack 797 ms on two BLAS threads, 2.3 ms on one
     (bitwise equal: the threads split the output, not the sums). Switch:
     speed.disabled("single_thread_small_gemms")."""
-    set_threads = _openblas("set") if speed.enabled("single_thread_small_gemms") else None
-    if set_threads is None:
+    if not speed.enabled("single_thread_small_gemms"):
+        yield
+        return
+    with _blas_on_one_thread():
+        yield
+
+
+@contextlib.contextmanager
+def blas_thread_per_rank(ranks):
+    """One BLAS thread while `ranks` > 1 ranks run as threads of this process, as mpiexec's ranks
+    get one each (parallel.launch): two ranks each waking two BLAS threads on two cores wait on each
+    other's spinning threads whenever the cores are busy. Measured (2 cores): chapter 13's
+    `local_sgd.py --threads 2` with both cores busy with other work 30.8 s → 7.0 s; quiet 8.0–8.5 s
+    → 7.7–10.6 s. Results are bitwise the same (BLAS threads split a product's output, not its sums)."""
+    if ranks <= 1:
+        yield
+        return
+    with _blas_on_one_thread():
+        yield
+
+
+@contextlib.contextmanager
+def _blas_on_one_thread():
+    set_threads = _openblas("set")
+    if set_threads is None:  # a BLAS other than numpy's OpenBLAS: its count cannot be set here
         yield
         return
     with _single["lock"]:  # threads-backend ranks share the process: the first in sets, the last out restores

@@ -4,8 +4,10 @@ mpiexec starts one process per rank. If each also runs a multi-threaded BLAS,
 four ranks on a two-core laptop would run dozens of threads fighting over two
 cores, so `limit_blas_threads()` (called by `parallel/__init__.py` before
 numpy is imported) sets one BLAS thread per rank unless the user chose a
-number. `launch_report(group)` says what happened in one line, for callers to
-print on rank 0. This module must not import numpy.
+number. Ranks run as threads of one process (`run_threads`) share its cores the same
+way: BLAS runs one thread while they run (minitensor.kernel_threads.blas_thread_per_rank).
+`launch_report(group)` says what happened in one line, for callers to print on rank 0.
+This module must not import numpy.
 """
 import argparse
 import os
@@ -53,7 +55,10 @@ def limit_blas_threads():
 
 def launch_report(group):
     """One line for rank 0 to print: how many ranks, which backend, BLAS threads."""
-    return f"parallel: {group.size} rank(s) on the {group.backend} backend; BLAS threads: {_blas_setting}"
+    blas = _blas_setting
+    if group.backend == "threads" and group.size > 1:  # run_threads: minitensor.kernel_threads.blas_thread_per_rank
+        blas = f"1 while the {group.size} ranks run (they share this process's cores)"
+    return f"parallel: {group.size} rank(s) on the {group.backend} backend; BLAS threads: {blas}"
 
 
 def find_mpiexec():

@@ -10,17 +10,18 @@ the waiters. That makes these guarantees cheap to keep:
 * collectives check that every rank called the same one with matching shapes, dtypes and
   arguments (MPI only under PARALLEL_DEBUG=1, debug.py).
 
-Matching follows MPI: the k-th collective call of each rank on a group meet; messages from one
-source with one tag are received in the order sent. `send` is synchronous (it returns once the
-receive is posted, like MPI_Ssend), so a program that relies on MPI buffering fails here quickly
-rather than hanging under mpiexec with large messages.
-"""
+Matching follows MPI: the k-th collective call of each rank on a group meet; messages from one source
+with one tag are received in the order sent. `send` is synchronous (it returns once the receive is
+posted, like MPI_Ssend): a program relying on MPI buffering fails here fast, not hanging under mpiexec.
+Ranks share the cores: while they run, BLAS runs one thread (as each mpiexec rank does: launch.py)."""
 import math
 import threading
 import time
 from collections import defaultdict
 
 import numpy as np
+
+from minitensor.kernel_threads import blas_thread_per_rank
 
 from .checks import REDUCE_UFUNCS, check_message, check_same_call, received_blocks
 from .group import Group
@@ -253,11 +254,10 @@ def single_rank_group():
 def run_threads(world_size, fn, *args, timeout=None):
     """Run fn(*args) on `world_size` threads, each seeing its own rank via parallel.world().
 
-    Returns the per-rank results. If any rank raises, every other rank is
-    released and the original exception is re-raised here, with a note naming
-    the rank (a rank stuck outside communication cannot be stopped; its daemon
-    thread is left behind). `timeout` (seconds) bounds the whole run: TimeoutError.
-    """
+    Returns the per-rank results. If any rank raises, every other rank is released and the
+    original exception is re-raised here, with a note naming the rank (a rank stuck outside
+    communication cannot be stopped; its daemon thread is left behind). `timeout` (seconds)
+    bounds the whole run: TimeoutError."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"run_threads: world_size={world_size!r} must be a positive int")
     world = _World(world_size)
@@ -280,10 +280,10 @@ def run_threads(world_size, fn, *args, timeout=None):
                 world.live -= 1
                 world.changed()
 
-    for r in range(world_size):
-        threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True).start()
     deadline = math.inf if timeout is None else time.monotonic() + timeout
-    with world.cond:  # until every rank has returned, one has failed, or the run is out of time
+    with blas_thread_per_rank(world_size), world.cond:  # until every rank has returned, one failed, or time is out
+        for r in range(world_size):
+            threading.Thread(target=body, args=(r,), name=f"rank {r}", daemon=True).start()
         while world.live and world.error is None and time.monotonic() < deadline:
             world.cond.wait(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
         running = [r for r in range(world_size) if not finished[r]]

@@ -372,3 +372,23 @@ def test_run_threads_timeout_raises_instead_of_waiting_forever():
         parallel.run_threads(2, rank_fn, timeout=0.2)
     assert finished == [0]  # run_threads returned while rank 1 was still running
     release.set()
+
+
+def test_ranks_as_threads_run_blas_on_one_thread_each_and_the_count_comes_back():
+    """Like one BLAS thread per mpiexec rank: while 2 ranks run as threads BLAS has one thread;
+    a 1-rank run keeps the count; after either, the count is what it was."""
+    from minitensor import kernel_threads
+    set_threads = kernel_threads._openblas("set")
+    if set_threads is None:
+        pytest.skip("!!! numpy's BLAS is not OpenBLAS: its thread count cannot be set, nothing to check !!!")
+    before = kernel_threads.blas_threads()
+    try:
+        set_threads(2)
+        assert parallel.run_threads(2, kernel_threads.blas_threads) == [1, 1]
+        assert kernel_threads.blas_threads() == 2
+        assert parallel.run_threads(1, kernel_threads.blas_threads) == [2]
+        with pytest.raises(ValueError, match="boom"):
+            parallel.run_threads(2, lambda: (_ for _ in ()).throw(ValueError("boom")))
+        assert kernel_threads.blas_threads() == 2                      # restored after a failed run too
+    finally:
+        set_threads(before)
