@@ -48,7 +48,7 @@ from .compress import dp_time as dp_communication
 from .compress import stage_matrices
 from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
-from .model import expert_params_on_stage, is_moe_block, param_count, stage_blocks, stage_layers
+from .model import expert_params_on_stage, is_moe_block, moe_blocks, param_count, stage_blocks, stage_layers
 from .moe import all_to_all_seconds
 from .profiles import load_profile, peak_flops
 
@@ -62,9 +62,14 @@ def link(profile, stride, size):
 
 def block_flops(config, index, tokens, tp, passes):
     """Flops of block `index` for `tokens` tokens on one tp rank, over `passes` passes."""
+    return kind_flops(config, is_moe_block(config, index), tokens, tp, passes)
+
+
+def kind_flops(config, moe, tokens, tp, passes):
+    """Flops of a dense block, or an MoE block if `moe`, as block_flops."""
     h, s = config.d_model, config.block_size
     attention = 2 * 4 * h * h * tokens + 4 * s * h * tokens  # q, k, v, proj; QKᵀ and AV
-    if not is_moe_block(config, index):
+    if not moe:
         return passes * (attention + 2 * 8 * h * h * tokens) / tp
     # the router and each token's k experts, whole on every tp rank (the experts are not split)
     experts = 2 * (h * config.n_experts + config.top_k * 2 * h * config.mlp_width) * tokens
@@ -75,7 +80,9 @@ def stage_flops(config, layers, tokens, tp, checkpoint, last, first_block=0):
     """Training flops of one micro-batch on one tp rank of a stage holding blocks
     first_block .. first_block + layers - 1 (see module doc)."""
     passes = 4 if checkpoint else 3        # forward = 1 pass, backward = 2 passes
-    blocks = sum(block_flops(config, i, tokens, tp, passes) for i in range(first_block, first_block + layers))
+    moe = moe_blocks(config, range(first_block, first_block + layers))
+    blocks = (layers - moe) * kind_flops(config, False, tokens, tp, passes)
+    blocks += moe * kind_flops(config, True, tokens, tp, passes) if moe else 0
     head = 6 * config.vocab_size * config.d_model * tokens / tp if last else 0
     return blocks + head
 
@@ -211,7 +218,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
         flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1, blocks.start)
         compute = flops / rate
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
-        ep_mb = sum(is_moe_block(config, i) for i in blocks) * ep_layer
+        ep_mb = moe_blocks(config, blocks) * ep_layer
         stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb))
         lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
                      f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "

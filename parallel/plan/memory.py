@@ -22,7 +22,7 @@ optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring
 Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
 """
 from .layout import get_precision
-from .model import expert_params_on_stage, stage_layers, unit_param_counts
+from .model import expert_params_on_stage, stage_blocks, unit_param_counts
 
 
 def _coords(rank_coords):
@@ -108,7 +108,7 @@ def in_flight_micro_batches(schedule, micro_batches, pp, stage):
 def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="float32",
                               balance=None):
     """Peak activation bytes of a rank at pipeline `stage`."""
-    layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
+    layers = len(stage_blocks(config, layout.pp, stage, balance))
     kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
                                   layout.checkpoint, dtype, layout.cp)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)

@@ -46,10 +46,15 @@ def check_tp(config, tp):
 
 def balanced_partition(n_layer, pp):
     """Blocks per stage, as even as possible; earlier stages take the extra block."""
+    base, extra = balanced_split(n_layer, pp)
+    return [base + (stage < extra) for stage in range(pp)]
+
+
+def balanced_split(n_layer, pp):
+    """(blocks of every stage, how many first stages hold one more)."""
     if not 1 <= pp <= n_layer:
         raise ValueError(f"pp={pp} must be between 1 and n_layer={n_layer}")
-    base, extra = divmod(n_layer, pp)
-    return [base + (stage < extra) for stage in range(pp)]
+    return divmod(n_layer, pp)
 
 
 def stage_layers(n_layer, pp, balance=None):
@@ -81,9 +86,14 @@ def attention_param_count(d, tp=1):
     return layer_norms + qkv + attn_proj
 
 
+def has_experts(config):
+    """Whether the model has mixture-of-experts blocks at all (a BERT config has no n_experts)."""
+    return bool(getattr(config, "n_experts", 0))
+
+
 def is_moe_block(config, index):
     """Whether block `index` of the model has a mixture-of-experts MLP."""
-    return bool(getattr(config, "n_experts", 0)) and config.is_moe(index)
+    return has_experts(config) and config.is_moe(index)
 
 
 def expert_param_count(config):
@@ -101,14 +111,25 @@ def moe_block_param_count(config, tp=1, ep=1):
 
 def stage_blocks(config, pp, stage, balance=None):
     """The global indices of the blocks pipeline `stage` holds."""
+    if balance is None:  # balanced_partition's stage, without building the list (the search asks often)
+        base, extra = balanced_split(config.n_layer, pp)
+        first = stage * base + min(stage, extra)
+        return range(first, first + base + (stage < extra))
     layers = stage_layers(config.n_layer, pp, balance)
     first = sum(layers[:stage])
     return range(first, first + layers[stage])
 
 
+def moe_blocks(config, blocks):
+    """How many of the blocks (global indices) have a mixture-of-experts MLP."""
+    if not has_experts(config):  # a dense model: the planner's search asks for every layout and stage
+        return 0
+    return sum(config.is_moe(i) for i in blocks)
+
+
 def expert_params_on_stage(config, pp=1, stage=0, balance=None, ep=1):
     """Expert parameters one rank holds at `stage`: its E/ep experts of each MoE block there."""
-    moe = sum(is_moe_block(config, i) for i in stage_blocks(config, pp, stage, balance))
+    moe = moe_blocks(config, stage_blocks(config, pp, stage, balance))
     return moe * config.n_experts // ep * expert_param_count(config) if moe else 0
 
 
@@ -127,9 +148,11 @@ def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None, ep=1):
     last = [2 * d, vocab // tp * d] if stage == pp - 1 else []            # ln_f, lm_head shard
     if stage == pp - 1 and bert:  # ln_f, MLM head (dense, LayerNorm, bias shard), the tied tok_emb's copy
         last = [2 * d, d * d + 3 * d + vocab // tp] + ([vocab // tp * d] if pp > 1 else [])
-    blocks = [moe_block_param_count(config, tp, ep) if is_moe_block(config, i) else block_param_count(d, tp)
-              for i in stage_blocks(config, pp, stage, balance)]
-    return first + blocks + last
+    dense, blocks = block_param_count(d, tp), stage_blocks(config, pp, stage, balance)
+    if not has_experts(config):  # the planner's search asks this for every layout and stage
+        return first + [dense] * len(blocks) + last
+    moe = moe_block_param_count(config, tp, ep)
+    return first + [moe if config.is_moe(i) else dense for i in blocks] + last
 
 
 def param_count(config, tp=1, pp=1, stage=0, balance=None, ep=1):
