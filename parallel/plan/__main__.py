@@ -27,7 +27,7 @@ from minitensor.models.bert import BertConfig
 from . import cluster_cli
 from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
 from .memory import memory_per_rank, micro_batch_size
-from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config
+from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config, has_experts
 from .moe import active_param_count
 from .profiles import load_profile, packaged_profiles
 from .search import MAX_SEARCH_STEPS, longest_sequence, plan
@@ -202,7 +202,7 @@ def main(argv=None):
                                   for est in result.ranked[:args.top]], "--simulate", parser)
     precision = get_precision(dtype)
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
-    active = f" ({active_param_count(config):,} active per token)" if getattr(config, "n_experts", 0) else ""
+    active = f" ({active_param_count(config):,} active per token)" if has_experts(config) else ""
     print(f"model {config} = {dense_param_count(config):,} parameters{active}")
     print(f"{args.devices} × {profile['name']} ({gib(limit)} GiB each), global batch {batch}, "
           f"schedule {args.schedule}")

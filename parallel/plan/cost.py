@@ -48,7 +48,15 @@ from .compress import dp_time as dp_communication
 from .compress import stage_matrices
 from .layout import get_precision
 from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
-from .model import expert_params_on_stage, is_moe_block, moe_blocks, param_count, stage_blocks, stage_layers
+from .model import (
+    expert_params_on_stage,
+    has_experts,
+    is_moe_block,
+    moe_blocks,
+    param_count,
+    stage_blocks,
+    stage_layers,
+)
 from .moe import all_to_all_seconds
 from .profiles import load_profile, peak_flops
 
@@ -125,7 +133,7 @@ class Estimate:
 
 def check_experts_layout(config, layout):
     """What HybridGPT composes with a mixture of experts (ValueError otherwise)."""
-    if getattr(config, "n_experts", 0):
+    if has_experts(config):
         if config.n_experts % layout.ep:
             raise ValueError(f"n_experts={config.n_experts} is not divisible by ep={layout.ep}")
         if layout.zero > 1 or layout.sequence_parallel or layout.cp > 1:

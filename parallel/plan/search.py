@@ -21,6 +21,7 @@ from math import isqrt
 
 from .cost import estimate
 from .layout import Layout
+from .model import has_experts
 from .profiles import load_profile
 
 # Each candidate's estimate costs every pipeline stage, and each stage walks the pp-long balance
@@ -72,12 +73,11 @@ def flag_choices(tp, replicas, experts=False):
 
 def expert_parallel_sizes(config, dp, cp):
     """The ep a grid can take: 1, and with experts every divisor of dp and E (when cp = 1)."""
-    experts = getattr(config, "n_experts", 0)
-    return [ep for ep in divisors(dp) if ep == 1 or (experts and experts % ep == 0 and cp == 1)]
+    return [ep for ep in divisors(dp) if ep == 1 or (has_experts(config) and config.n_experts % ep == 0 and cp == 1)]
 
 
 def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1):
-    experts = bool(getattr(config, "n_experts", 0))
+    experts = has_experts(config)
     for ep in expert_parallel_sizes(config, dp, cp):
         for m in divisors(batch // dp):
             for checkpoint, sp, zero in flag_choices(tp, dp * cp, experts):
@@ -86,7 +86,7 @@ def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1):
 
 def search_steps(config, grid_list, batch):
     """The steps costing every candidate of `grid_list` takes: pp² + n_layer per candidate."""
-    experts = bool(getattr(config, "n_experts", 0))
+    experts = has_experts(config)
     return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp))
                * len(flag_choices(tp, dp * cp, experts)) * (pp * pp + config.n_layer) for dp, tp, pp, cp in grid_list)
 
