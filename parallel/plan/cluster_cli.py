@@ -18,6 +18,7 @@ from .profiles import load_profile
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
 MODES = {"recompute": ("full", "selective"), "sp": ("0", "1")}  # values that are words, not counts
+VALUE = {"recompute": str, "sp": lambda value: value == "1"}   # how each key's text is read (the rest: int)
 
 
 def add_flags(parser):
@@ -43,7 +44,7 @@ def parse_layout(text):
                              "recompute=full|selective or sp=0|1")
         if key in parts:
             raise ValueError(f"--layout {text!r}: {key} given twice")
-        parts[key] = value if key == "recompute" else value == "1" if key == "sp" else int(value)
+        parts[key] = VALUE.get(key, int)(value)
     missing = {"tp", "pp", "dp"} - set(parts)
     if missing:
         raise ValueError(f"--layout {text!r} lacks {', '.join(sorted(missing))}")

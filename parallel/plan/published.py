@@ -113,12 +113,13 @@ def validate_published(device=DEVICE, out=print):
 
 
 def validate_row_5(row, mode, profile):
-    """{published, predicted (seconds per iteration), error (predicted throughput / published − 1), step}."""
+    """{row, published, predicted (seconds per iteration), error (predicted throughput / published − 1), step,
+    mode}."""
     _, _, _, _, t, p, gpus, batch, *seconds = row
     recompute, sp = MODES_5[mode]
     steps = best_steps(row_config(row), profile, gpus, batch, tp=t, pp=p, recompute=recompute, sequence_parallel=sp)
     st = steps[0]
-    return {"published": seconds[mode], "predicted": st.seconds["step"], "step": st,
+    return {"row": row, "published": seconds[mode], "predicted": st.seconds["step"], "step": st,
             "error": seconds[mode] / st.seconds["step"] - 1, "mode": recompute + (" + SP" if sp else "")}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from parallel.plan.cluster import model_flops
 from parallel.plan.profiles import load_profile
-from parallel.plan.published import DEVICE, GOAL_ERROR, TABLE_1, TABLE_5, row_config, validate_published, validate_table_5
+from parallel.plan.published import DEVICE, GOAL_ERROR, TABLE_1, row_config, validate_published, validate_table_5
 
 PICTURE = Path(__file__).with_name("pictures") / "at_scale.png"
 
@@ -18,8 +18,8 @@ def table_5_points():
     """(label, published, predicted) TFLOP/s per GPU of Table 5's rows, both by the 2021 paper's eq. 3 (the
     flops it counts, recomputation included, over each run's seconds): the same unit as Table 1."""
     points = {}
-    results = validate_table_5(load_profile(DEVICE), out=lambda line: None)  # each mode's rows in TABLE_5's order
-    for row, r in zip(TABLE_5 * (len(results) // len(TABLE_5)), results):
+    for r in validate_table_5(load_profile(DEVICE), out=lambda line: None):
+        row = r["row"]
         flops_per_gpu = model_flops(row_config(row), row[7]) / (row[6] * 1e12)
         points.setdefault(r["mode"], []).append((f"{row[0]:g}B", flops_per_gpu / r["published"], r["step"].tflops))
     return points
