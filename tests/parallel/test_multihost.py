@@ -72,7 +72,9 @@ def test_multihost_a_cut_cable_ends_every_rank_within_timeout_naming_the_operati
     gone = time.monotonic() - cut
     lines = {path.name: path.read_text() for path in sorted(Path(tmp_path).glob("rank_*.error"))}
     assert sorted(lines) == ["rank_00000.error", "rank_00001.error"]  # rank 1's too, though Hydra lost its stderr
-    assert all("CommTimeout: all_reduce(op='sum') timed out" in line for line in lines.values())
+    # a step all-reduces its gradients (sum) and agrees on finiteness (max, parallel/train/finite.py): the cut
+    # can fall in either, and each rank names the one it was in
+    assert all(re.search(r"CommTimeout: all_reduce\(op='(sum|max)'\) timed out", line) for line in lines.values()), lines
     # the deadline (5 s), then rank 1's report delay (5 s) and at most its abort's grace (10 s)
     assert ended < 60 and gone < 60, (ended, gone)
 
