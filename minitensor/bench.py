@@ -10,8 +10,10 @@ utilisation and the peak memory of a step. Beside it, the numpy limit: the same 
 written by hand in numpy with no autograd (`bench_numpy`), and the engine's ratio to it,
 what its graph and Tensor objects cost. If PyTorch is installed it also times the same
 architecture in PyTorch eager on the CPU, with torch's thread count set to numpy's BLAS
-thread count. Each ratio is the median over rounds of each round's ratio
-(`paired_ratio`). torch is optional: it is imported only inside `bench_torch.torch_step`.
+thread count. The engine and the numpy limit alternate step by step: their ratio is the
+median over pairs of adjacent steps (`pair_ratios`), beside the middle half of those pair
+ratios (their spread); torch runs in blocks and its ratio is the median over rounds of each
+round's ratio (`paired_ratio`). torch is optional: it is imported only inside `bench_torch.torch_step`.
 The process keeps freed memory for reuse (`minitensor.allocator`) unless
 `--release-memory` is given.
 
@@ -40,6 +42,7 @@ from minitensor.bench_timing import (
     CONFIGS,
     every_step,
     mib,
+    pair_ratios,
     paired_ratio,
     peak_step_bytes,
     random_batch,
@@ -107,15 +110,15 @@ def main(argv=None):
     probe = gemm_probe()
     probe()  # the first product wakes BLAS's threads
     print(f"float32, numpy {np.__version__}, BLAS threads {threads}, median of {args.steps} steps "
-          f"(minitensor, the numpy limit and torch in alternating blocks), "
+          f"(minitensor and the numpy limit alternating step by step, torch in blocks), "
           f"freed memory {'kept (minitensor.allocator)' if kept else 'released to the OS'}")
     rows, gemm = [], []
     for name in args.configs:
         config, batch = CONFIGS[name]
         step = minitensor_step(config, batch)
         other = None if args.no_torch else torch_step(config, *random_batch(config, batch), threads)
-        times, matmul, (numpy_times, torch_times), probes = time_steps(
-            step, [numpy_limit_step(config, batch), other], args.steps, args.warmup, probe=probe)
+        times, matmul, numpy_times, (torch_times,), probes = time_steps(
+            step, args.steps, args.warmup, partner=numpy_limit_step(config, batch), others=[other], probe=probe)
         gemm += probes
         peaks = peak_step_bytes(step), (peak_step_bytes(other) if other else None)
         rows.append((name, config, batch, times, matmul, numpy_times, torch_times, peaks))
@@ -123,7 +126,7 @@ def main(argv=None):
     print(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s (float32 {GEMM_SIZE}³, median of {len(gemm)}, one per round); "
           f"MFU = (6·N·tokens + attention FLOPs) / step time / GEMM rate; peak = largest RSS increase in a step")
     print(f"{'config':<8} {'ms/step':>9} {'tokens/s':>10} {'matmul':>7} {'MFU':>5} {'peak MiB':>9} "
-          f"{'numpy ms':>9} {'ratio':>6} {'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
+          f"{'numpy ms':>9} {'ratio':>6} {'spread':>11} {'torch ms':>9} {'ratio':>6} {'torch MFU':>9} {'torch MiB':>9}")
     for name, config, batch, rounds, matmul, numpy_rounds, torch_rounds, (peak, torch_peak) in rows:
         times = every_step(rounds)
         ms = 1e3 * statistics.median(times)
@@ -138,8 +141,10 @@ def main(argv=None):
                     f"{flops / (torch_ms / 1e3) / rate:9.0%} "
                     f"{mib(torch_peak):>9}")
         numpy_ms = 1e3 * statistics.median(every_step(numpy_rounds))
+        ratios = pair_ratios(rounds, numpy_rounds)
+        middle = f"{np.percentile(ratios, 25):.2f}-{np.percentile(ratios, 75):.2f}"
         print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {flops / (ms / 1e3) / rate:5.0%} "
-              f"{mib(peak):>9} {numpy_ms:9.1f} {paired_ratio(rounds, numpy_rounds):5.2f}x {tail}")
+              f"{mib(peak):>9} {numpy_ms:9.1f} {statistics.median(ratios):5.2f}x {middle:>11} {tail}")
 
 
 if __name__ == "__main__":

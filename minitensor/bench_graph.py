@@ -5,7 +5,7 @@ Traces one forward + loss, rewrites it with `minitensor.graph.passes.DEFAULT_PAS
 and prints before → after: nodes, FLOPs, bytes moved and saved-activation bytes (from the
 graph's node costs: each node reads its inputs and writes its output once, views move
 nothing), which ops changed, the loss difference, and the median training step time
-(forward, backward, AdamW; the two graphs in alternating blocks) with the peak memory
+(forward, backward, AdamW; the two graphs alternating step by step) with the peak memory
 of a step.
 """
 import functools
@@ -65,13 +65,14 @@ def compare(name, args, kept):
               f"it would move {forced['bytes_moved'] - totals[0]['bytes_moved']:+,} bytes (copying the weights "
               f"costs more than reading x once instead of three times)")
     print(f"loss before {loss:.7f} after {loss_after:.7f} (|difference| {abs(loss - loss_after):.1e})")
-    rounds, _, [rounds_after], _ = bench_timing.time_steps(before_step, [after_step], args.steps, args.warmup)
+    rounds, _, rounds_after, _, _ = bench_timing.time_steps(before_step, args.steps, args.warmup, partner=after_step)
     times, times_after = bench_timing.every_step(rounds), bench_timing.every_step(rounds_after)
     ms = [1e3 * statistics.median(t) for t in (times, times_after)]
     peaks = [bench_timing.peak_step_bytes(s) for s in (before_step, after_step)]
-    print(f"step time (median of {args.steps}, alternating blocks; freed memory "
+    ratios = bench_timing.pair_ratios(rounds_after, rounds)
+    print(f"step time (median of {args.steps}, alternating steps; freed memory "
           f"{'kept' if kept else 'released'}): before {ms[0]:.1f} ms, after {ms[1]:.1f} ms, "
-          f"ratio {bench_timing.paired_ratio(rounds_after, rounds):.3f}x; peak step memory before {bench_timing.mib(peaks[0])} MiB, "
+          f"ratio {statistics.median(ratios):.3f}x; peak step memory before {bench_timing.mib(peaks[0])} MiB, "
           f"after {bench_timing.mib(peaks[1])} MiB")
     spread = [np.subtract(*np.percentile(t, [75, 25])) * 1e3 for t in (times, times_after)]
     print(f"run-to-run spread (interquartile range): before {spread[0]:.1f} ms, after {spread[1]:.1f} ms\n")

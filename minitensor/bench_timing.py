@@ -1,7 +1,7 @@
 """How the benchmarks time a training step: the two GPT configs, a fixed random batch, one
-AdamW step of a model (or of its traced graph), alternating blocks of timed steps with
-the seconds inside matrix products, the paired ratio of two libraries, the peak memory
-of a step. `python -m minitensor.bench` and its `--graph` view (bench_graph.py) share it.
+AdamW step of a model (or of its traced graph), timed steps alternating with a partner's
+(step by step) and another library's (in blocks), the seconds inside matrix products, the
+paired ratios, the peak memory of a step. `python -m minitensor.bench` and its `--graph` view (bench_graph.py) share it.
 """
 import ctypes
 import ctypes.util
@@ -93,48 +93,58 @@ def training_step(model, forward, idx, targets):
     return step
 
 
-def time_steps(step, others, steps, warmup, rounds=4, probe=None):
-    """Seconds per step of `step` and its seconds inside matmuls, seconds per step of each of
-    `others` (None for an absent one), each a list of rounds (a list of steps each), and the
-    seconds of `probe()` called once per round (or []).
+def time_steps(step, steps, warmup, partner=None, others=(), rounds=4, probe=None):
+    """Seconds per step of `step` and its seconds inside matmuls, of `partner` (None if absent)
+    and of each of `others` (None for an absent one), each a list of rounds (a list of steps
+    each), and the seconds of `probe()` called once per round (or []).
 
-    They run in alternating blocks of steps/rounds steps, each block after `warmup` untimed
-    steps: a busy machine slows them alike, while within a block each library's thread
-    pool is already awake (switching every step would make each wait for the other's
-    spinning threads). The blocks of a round, back to back, feed `paired_ratio`.
+    `partner` shares `step`'s BLAS threads (the numpy limit; the other graph): the two
+    alternate step by step, each first in turn, so the two steps of a pair saw the same
+    machine and `pair_ratios` compares them (this machine's speed swings by 1.6× within
+    minutes, and between blocks of steps that swing was the ratio's noise). `others` (torch,
+    whose OpenMP threads spin on after each call) run in blocks of steps/rounds steps after
+    the round: switching every step would make each wait for the other's spinning threads.
+    The blocks of a round, back to back, feed `paired_ratio`. Each block and round starts
+    after `warmup` untimed steps.
     """
-    times, matmul, probes = [], [], []
+    times, matmul, partner_times, probes = [], [], [], []
     other_times = [[] if other else None for other in others]
     for r in range(rounds):
         block = steps // rounds + (r < steps % rounds)
         for _ in range(warmup):
             step()
+            if partner:
+                partner()
         times.append([])
         matmul.append([])
-        for _ in range(block):
+        partner_times.append([])
+        for i in range(block):
+            if partner and i % 2:
+                partner_times[-1].append(seconds_of(partner))
             with matmul_timer() as inside:
-                start = time.perf_counter()
-                step()
-                times[-1].append(time.perf_counter() - start)
+                times[-1].append(seconds_of(step))
             matmul[-1].append(inside[0])
+            if partner and not i % 2:
+                partner_times[-1].append(seconds_of(partner))
         if probe:  # here, not after torch's block: its OpenMP threads spin on after it, sharing the cores
             probes.append(probe())
         for other, rounds_of_other in zip(others, other_times):
             if other:
                 rounds_of_other.append(time_block(other, block, warmup))
-    return times, matmul, other_times, probes
+    return times, matmul, partner_times if partner else None, other_times, probes
+
+
+def seconds_of(step):
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
 
 
 def time_block(step, count, warmup):
     """Seconds of each of `count` calls of step(), after `warmup` untimed ones."""
     for _ in range(warmup):
         step()
-    seconds = []
-    for _ in range(count):
-        start = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - start)
-    return seconds
+    return [seconds_of(step) for _ in range(count)]
 
 
 def every_step(rounds):
@@ -149,6 +159,12 @@ def paired_ratio(rounds, other_rounds):
     overall medians would keep it."""
     return statistics.median(statistics.median(mine) / statistics.median(theirs)
                              for mine, theirs in zip(rounds, other_rounds) if mine and theirs)
+
+
+def pair_ratios(rounds, partner_rounds):
+    """This step / the partner's step, for each pair of steps run one after the other
+    (`time_steps`): their median is the ratio, their quartiles its spread."""
+    return [mine / theirs for mine, theirs in zip(every_step(rounds), every_step(partner_rounds))]
 
 
 def mib(nbytes):

@@ -1,6 +1,7 @@
 """The benchmark program's arithmetic, on a fake clock that ticks 1 ms at every reading: its
 matmul timer wraps only while measuring, counts exactly the wrapped calls, and the printed
 row follows from the ticks (the PyTorch comparison skipped)."""
+import contextlib
 import itertools
 import types
 
@@ -43,8 +44,9 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     rate = 2 * 1024**3 / TICK
     assert lines[1].startswith(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s")
     assert lines[2].split() == ["config", "ms/step", "tokens/s", "matmul", "MFU", "peak", "MiB", "numpy", "ms",
-                                "ratio", "torch", "ms", "ratio", "torch", "MFU", "torch", "MiB"]
-    name, ms, tokens, share, mfu, peak, numpy_ms, numpy_ratio, torch_ms, ratio, torch_mfu, torch_mib = lines[3].split()
+                                "ratio", "spread", "torch", "ms", "ratio", "torch", "MFU", "torch", "MiB"]
+    (name, ms, tokens, share, mfu, peak, numpy_ms, numpy_ratio, numpy_spread, torch_ms, ratio, torch_mfu,
+     torch_mib) = lines[3].split()
     # A step with n timed matrix products reads the clock 2n + 2 times: 2n + 1 ticks long, n inside.
     # The small GPT has 17 products: 2 blocks × (q, k, v, attn.proj, mlp.fc, mlp.proj Linears and
     # the 2 attention matmuls) + lm_head; each runs forward and backward: n = 34, 69 ticks, 34/69.
@@ -57,8 +59,8 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     assert mfu == f"{flops / 69e-3 / rate:.0%}"
     assert peak == "-" or int(peak) >= 0
     assert (torch_ms, ratio, torch_mfu, torch_mib) == ("-", "-", "-", "-")
-    # the numpy limit's step reads the clock twice, one tick: 69 times faster than the engine's
-    assert (numpy_ms, numpy_ratio) == ("1.0", "69.00x")
+    # the numpy limit's step reads the clock twice, one tick: 69 times faster than the engine's, in every pair
+    assert (numpy_ms, numpy_ratio, numpy_spread) == ("1.0", "69.00x", "69.00-69.00")
 
 
 def test_the_numpy_limit_is_the_same_step_loss_gradients_and_adamw():
@@ -98,3 +100,21 @@ def test_the_paired_ratio_divides_out_a_slow_round():
     assert bench_timing.paired_ratio(mine, theirs) == pytest.approx(0.8)
     assert bench_timing.every_step(mine) == [0.8, 0.8, 1.6, 1.6, 0.9, 0.9]
     assert np.median(bench_timing.every_step(mine)) / np.median(bench_timing.every_step(theirs)) == pytest.approx(0.9)
+
+
+def test_pair_ratios_compare_the_two_steps_of_each_pair():
+    """The second pair ran with the machine twice as slow: its ratio is still 0.8. The partner's
+    steps are listed pair by pair, whichever of the two ran first."""
+    mine, theirs = [[0.8, 1.6], [0.9]], [[1.0, 2.0], [1.0]]
+    assert bench_timing.pair_ratios(mine, theirs) == pytest.approx([0.8, 0.8, 0.9])
+
+
+def test_time_steps_alternates_the_partner_step_by_step(monkeypatch):
+    """The engine and its partner run in turn, each first in turn; torch runs in one block after them."""
+    calls = []
+    monkeypatch.setattr(bench_timing, "matmul_timer", lambda: contextlib.nullcontext([0.0]))
+    times, _, partner, (other,), _ = bench_timing.time_steps(
+        lambda: calls.append("e"), 4, 0, partner=lambda: calls.append("n"), others=[lambda: calls.append("t")],
+        rounds=1)
+    assert "".join(calls) == "enneennetttt"
+    assert [len(r) for r in (times[0], partner[0], other[0])] == [4, 4, 4]
