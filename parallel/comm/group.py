@@ -39,7 +39,7 @@ from .checks import (
     default_debug,
     default_timeout,
 )
-from .request import Request
+from .request import Pending, Request
 from .ring import ring_all_reduce
 
 
@@ -134,6 +134,8 @@ class Group:
             raise ValueError(f"all_reduce: async_op=True needs algorithm='builtin', got {algorithm!r}")
         n = self.size
         self._count("all_reduce", arr.size, 2 * (n - 1) * arr.nbytes // n)
+        if n == 1:  # the sum (max, ...) of one rank's buffer is the buffer: nothing to send or wait for
+            return Request(self, "all_reduce", Pending(lambda pause: True), lambda _: arr) if async_op else arr
         work = np.ascontiguousarray(arr)
         if algorithm == "ring":
             ring_all_reduce(self, work.reshape(-1), op)

@@ -120,25 +120,32 @@ class ReduceScatterToSequenceParallelRegion(Function):
         return self.group.all_gather(grad, axis=SEQUENCE_AXIS)
 
 
+def on_group(mapping, x, group):
+    """`mapping` applied over the tp group. On one rank every mapping is the identity (a sum, a
+    gather or a split over one rank leaves x as it is), so it is skipped: no node, no copy.
+    Megatron-LM's mappings return their input on one rank too."""
+    return x if group.size == 1 else mapping.apply(x, group=group)
+
+
 def copy_to_tensor_model_parallel_region(x, group):
-    return CopyToTensorModelParallelRegion.apply(x, group=group)
+    return on_group(CopyToTensorModelParallelRegion, x, group)
 
 
 def reduce_from_tensor_model_parallel_region(x, group):
-    return ReduceFromTensorModelParallelRegion.apply(x, group=group)
+    return on_group(ReduceFromTensorModelParallelRegion, x, group)
 
 
 def scatter_to_tensor_model_parallel_region(x, group):
-    return ScatterToTensorModelParallelRegion.apply(x, group=group)
+    return on_group(ScatterToTensorModelParallelRegion, x, group)
 
 
 def gather_from_tensor_model_parallel_region(x, group):
-    return GatherFromTensorModelParallelRegion.apply(x, group=group)
+    return on_group(GatherFromTensorModelParallelRegion, x, group)
 
 
 def gather_from_sequence_parallel_region(x, group):
-    return GatherFromSequenceParallelRegion.apply(x, group=group)
+    return on_group(GatherFromSequenceParallelRegion, x, group)
 
 
 def reduce_scatter_to_sequence_parallel_region(x, group):
-    return ReduceScatterToSequenceParallelRegion.apply(x, group=group)
+    return on_group(ReduceScatterToSequenceParallelRegion, x, group)

@@ -219,6 +219,18 @@ def test_world_outside_run_threads_is_one_rank():
     assert parallel.run_threads(3, lambda: parallel.world().rank, timeout=TIMEOUT) == [0, 1, 2]
 
 
+def test_all_reduce_on_one_rank_starts_no_collective_and_still_counts(monkeypatch):
+    """The reduction of one rank's buffer is the buffer: the call hands it back (or a finished
+    request) without a collective, and the accounting still sees the call (with 0 bytes sent)."""
+    group = parallel.world()
+    monkeypatch.setattr(group, "_iall_reduce", lambda *args: pytest.fail("one rank started a collective"))
+    group.reset_stats()
+    arr = np.arange(4.0)
+    assert group.all_reduce(arr, op="max") is arr and group.all_reduce(arr, async_op=True).wait() is arr
+    np.testing.assert_array_equal(arr, np.arange(4.0))
+    assert group.stats()["all_reduce"] == {"calls": 2, "elements": 8, "bytes": 0}
+
+
 # --- accounting ---------------------------------------------------------------------------
 
 def test_stats_follow_the_documented_cost_model():

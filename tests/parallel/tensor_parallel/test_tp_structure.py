@@ -17,6 +17,7 @@ from parallel import (
     TensorParallelGPT,
     VocabParallelEmbedding,
 )
+from parallel.tensor_parallel import mappings
 
 B, S, D, HEADS, VOCAB = 2, 4, 8, 4, 10
 # Parameters the paper splits (column-parallel q, k, v, fc with their biases; row-parallel
@@ -144,3 +145,18 @@ def test_load_full_state_dict_keeps_each_ranks_shards_and_gathers_back_the_origi
         assert list(gathered) == list(state)
         for name in state:
             np.testing.assert_array_equal(gathered[name], state[name])
+
+
+@pytest.mark.parametrize("mapping", [mappings.copy_to_tensor_model_parallel_region,
+                                     mappings.reduce_from_tensor_model_parallel_region,
+                                     mappings.scatter_to_tensor_model_parallel_region,
+                                     mappings.gather_from_tensor_model_parallel_region,
+                                     mappings.gather_from_sequence_parallel_region,
+                                     mappings.reduce_scatter_to_sequence_parallel_region])
+def test_on_one_rank_every_mapping_is_skipped_and_on_two_it_is_a_node(mapping):
+    """tp = 1: the identity, so no node and no copy (the input comes back itself), as in
+    Megatron-LM; tp = 2: a node of the graph."""
+    x = mt.tensor(np.ones((2, 4, 6)), requires_grad=True)
+    assert mapping(x, parallel.world()) is x
+    made = parallel.run_threads(2, lambda: mapping(x, parallel.world())._node is not None)
+    assert made == [True, True]
