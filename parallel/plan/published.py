@@ -22,12 +22,16 @@ no micro-batch size or interleaving: again the planner's best. Columns: billions
 heads, hidden, layers, t, p, GPUs, batch, seconds per iteration with full recomputation, with
 selective recomputation + sequence parallelism.
 
+Further held-out checks from the 2021 paper itself (its Table 2, and the orderings of its sweeps in
+Figs. 12-15) are in published_sweeps.py, with their provenance; the same command prints them last.
+
     python -m parallel.plan --validate-published
 """
 from minitensor.models.gpt import GPTConfig
 
 from .cluster import best_steps
 from .profiles import load_profile
+from .published_sweeps import validate_sweeps, validate_table_2
 
 CITATION = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
             "Using Megatron-LM (SC '21, arXiv:2104.04473), Table 1")
@@ -86,7 +90,7 @@ def rank_text(result):
 
 
 def validate_published(device=DEVICE, out=print):
-    """Print Table 1 against the planner, then the held-out Table 5; return Table 1's results."""
+    """Print Table 1 against the planner, then the held-out Table 5, Table 2 and sweeps; return Table 1's results."""
     profile = load_profile(device)
     out(f"{CITATION}; seq {SEQ}, vocab {VOCAB}, device {device}, full recomputation; m and v: the planner's best")
     out(f"{'params':>8} {'t':>2} {'p':>3} {'GPUs':>5} {'batch':>5} {'b':>3} {'v':>3} {'published':>10} "
@@ -109,6 +113,10 @@ def validate_published(device=DEVICE, out=print):
     out(summary)
     out("")
     validate_table_5(profile, out)
+    out("")
+    validate_table_2(profile, out, GOAL_ERROR)
+    out("")
+    validate_sweeps(profile, out)
     return results
 
 
