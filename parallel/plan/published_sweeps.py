@@ -22,7 +22,7 @@ an error. Each names the text that states the ordering where there is one.
            t·p = 64. Text: "we see peak performance when the tensor-parallel size is equal to the number
            of GPUs in a single node (8 with DGX A100 nodes)". By eye, TFLOP/s per GPU for t = 8, 4, 2:
            batch 32: ~140, ~111, ~91; batch 128: ~165, ~162, ~148. (t = 16 and 32 span servers, which
-           the planner does not model; both were slower.) Micro-batch and schedule: not given.
+           the planner does not model; both were slower than t = 8.) Micro-batch and schedule: not given.
   Fig. 14  5.9B GPT (32 layers, 32 heads, hidden 3840), 64 GPUs, micro-batch 1, t = 1, (p, d) with
            p·d = 64, batch 32 and 512 (the legend's two; the caption says three). Text: "for each batch size, the throughput decreases as the
            pipeline-parallel size increases". By eye for p = 2 … 32: ~62, 56, 53, 49, 43 (batch 32);
