@@ -24,9 +24,9 @@ an error. Each names the text that states the ordering where there is one.
            batch 32: ~140, ~111, ~91; batch 128: ~165, ~162, ~148. (t = 16 and 32 span servers, which
            the planner does not model; both were slower than t = 8.) Micro-batch and schedule: not given.
   Fig. 14  5.9B GPT (32 layers, 32 heads, hidden 3840), 64 GPUs, micro-batch 1, t = 1, (p, d) with
-           p·d = 64, batch 32 and 512 (the legend's two; the caption says three). Text: "for each batch size, the throughput decreases as the
-           pipeline-parallel size increases". By eye for p = 2 … 32: ~62, 56, 53, 49, 43 (batch 32);
-           ~148, 141, 129, 114, 90 (batch 512).
+           p·d = 64, batch 32 and 512 (the legend's two; the caption says three). Text: "for each batch
+           size, the throughput decreases as the pipeline-parallel size increases". By eye for
+           p = 2 … 32: ~62, 56, 53, 49, 43 (batch 32); ~148, 141, 129, 114, 90 (batch 512).
   Fig. 15  the same 5.9B GPT, micro-batch 1, p = 1, (t, d) with t·d = 64, batch 32, 128 and 512. Text:
            tensor parallelism's all-reduces dominate and "as the tensor-model-parallel size increases, we
            perform smaller matrix multiplications on every GPU". By eye for t = 2, 4, 8: ~103, 88, 70
@@ -131,5 +131,6 @@ def validate_table_2(profile, out=print, goal=0.15):
             f"{st.tflops:>10.1f} {error:>+7.1%}")
         results.append({"row": row, "step": st, "published": published, "predicted": st.tflops, "error": error})
     worst = max(abs(r["error"]) for r in results)
-    out(f"largest error {worst:.1%}; within {goal:.0%}: {sum(abs(r['error']) <= goal for r in results)} of {len(results)}")
+    within = sum(abs(r["error"]) <= goal for r in results)
+    out(f"largest error {worst:.1%}; within {goal:.0%}: {within} of {len(results)}")
     return results

@@ -5,8 +5,16 @@ import pytest
 
 from parallel.plan import load_profile
 from parallel.plan.published import validate_published
-from parallel.plan.published_sweeps import (INTERLEAVED, SWEEPS, TABLE_2, TABLE_2_DAYS, check_sweep, gap_closes,
-                                            validate_sweeps, validate_table_2)
+from parallel.plan.published_sweeps import (
+    INTERLEAVED,
+    SWEEPS,
+    TABLE_2,
+    TABLE_2_DAYS,
+    check_sweep,
+    gap_closes,
+    validate_sweeps,
+    validate_table_2,
+)
 
 A100 = load_profile("a100-80gb")
 
