@@ -83,8 +83,8 @@ def rank_of_tp_pp(steps, tp, pp):
 def validate_row(row, profile):
     """{published, predicted, error, step (the run the paper measured: its t, p, b, v), rank (of its (t, p)
     among the planner's layouts, each at its best b, v), layouts, best (the planner's fastest)}."""
-    config, (_, _, _, _, t, p, gpus, batch, b, v, _, published) = row_config(row), row
-    paper = step(config, profile, batch, t, p, gpus // (t * p), b, v)
+    config, (_, _, _, _, t, p, gpus, batch, b, v, ddp, published) = row_config(row), row
+    paper = step(config, profile, batch, t, p, gpus // (t * p), b, v, ddp=ddp)
     steps = best_steps(config, profile, gpus, batch)
     return {"published": published, "predicted": paper.tflops, "error": paper.tflops / published - 1,
             "rank": rank_of_tp_pp(steps, t, p), "layouts": len({(st.tp, st.pp) for st in steps if st.fits}),

@@ -128,14 +128,15 @@ def test_the_1t_model_does_not_fit_without_model_parallelism():
 
 def test_table_1_is_predicted_within_18_percent_and_the_papers_layout_ranks_high():
     """Goal (issue 34): every row within 15% and the paper's (t, p) in the top 5. Each row is judged at the run
-    the paper measured (t, p, b, v of the authors' run_table_1.sh). Today: 8 of 10 rows within 15% (all
-    within 17.5%, every one over-predicted), 7 of 10 in the top 5 (all in the top 7): a guard against
-    regressions, and the chapter says why."""
+    the paper measured (t, p, b, v and DDP of the authors' run_table_1.sh). Today: 5 of 10 rows within 15%
+    (all within 19%, every one over-predicted; the four p = 1 rows, whose torch DDP hides the dp all-reduce,
+    are the four worst), 7 of 10 in the top 5 (all in the top 7): a guard against regressions, and the
+    chapter says why."""
     lines = []
     results = validate_published(out=lines.append)
     errors = [r["error"] for r in results]
-    assert len(results) == 10 and all(0 < e < 0.175 for e in errors)
-    assert sum(e <= 0.15 for e in errors) >= 8
+    assert len(results) == 10 and all(0 < e < 0.19 for e in errors)
+    assert sum(e <= 0.15 for e in errors) >= 5 and all(e <= 0.155 for e in errors[4:])
     assert all(r["rank"] is not None and r["rank"] <= 7 for r in results)
     assert sum(r["rank"] <= 5 for r in results) >= 7
     assert all(r["step"].fits for r in results)
