@@ -13,29 +13,33 @@ cross-checks the throughputs: the training days it prints follow from them by th
 (8·T·P / (n·X), T = 300B tokens) within 3%, the slack of eq. 4's approximation. Read from a text
 transcription of the paper's PDF (the table is an image in the arXiv HTML).
 
-SWEEPS, orderings only: sec. 5.3.2 and 5.4's figures. Their model shapes, GPU counts and batch sizes
-are the paper's words (text, captions, legends); their throughputs are plotted, not printed, so the
-values below were read by eye from the figures and are used ONLY for which layout is faster — never for
-an error. Each names the text that states the ordering where there is one.
+SWEEPS, orderings only: sec. 5.3.2 and 5.4's figures. Their layouts are the authors' run scripts
+(NVIDIA/Megatron-LM examples/sc21/run_figure_12.sh ... run_figure_15.sh, commit
+de7dc40f883ceed06344051c3c7ebd57da59cc53, "scripts for sc21", Aug 2021): each gives the shape, t, p
+(d = GPUs / (t·p)), the micro-batch b (1 in all four), --DDP-impl local, full recomputation, the
+batch sizes, and the interleaving (only Fig. 12's, --num-layers-per-virtual-pipeline-stage 2, so
+v = 96 / (12·2) = 4; elsewhere v = 1). Their throughputs are plotted, not printed, so the values below
+were read by eye from the figures and are used ONLY for which layout is faster — never for an error.
+Each names the text that states the ordering where there is one.
 
   Fig. 13  162.2B GPT (32 layers, 128 heads, hidden 20480), 64 GPUs, batch 32 and 128, (t, p) with
-           t·p = 64. Text: "we see peak performance when the tensor-parallel size is equal to the number
-           of GPUs in a single node (8 with DGX A100 nodes)". By eye, TFLOP/s per GPU for t = 8, 4, 2:
-           batch 32: ~140, ~111, ~91; batch 128: ~165, ~162, ~148. (t = 16 and 32 span servers, which
-           the planner does not model; both were slower than t = 8.) Micro-batch and schedule: not given.
-  Fig. 14  5.9B GPT (32 layers, 32 heads, hidden 3840), 64 GPUs, micro-batch 1, t = 1, (p, d) with
-           p·d = 64, batch 32 and 512 (the legend's two; the caption says three). Text: "for each batch
-           size, the throughput decreases as the pipeline-parallel size increases". By eye for
-           p = 2 … 32: ~62, 56, 53, 49, 43 (batch 32); ~148, 141, 129, 114, 90 (batch 512).
-  Fig. 15  the same 5.9B GPT, micro-batch 1, p = 1, (t, d) with t·d = 64, batch 32, 128 and 512. Text:
-           tensor parallelism's all-reduces dominate and "as the tensor-model-parallel size increases, we
+           t·p = 64, b = 1, v = 1. Text: "we see peak performance when the tensor-parallel size is equal
+           to the number of GPUs in a single node (8 with DGX A100 nodes)". By eye, TFLOP/s per GPU for
+           t = 8, 4, 2: batch 32: ~140, ~111, ~91; batch 128: ~165, ~162, ~148. (t = 16 and 32 span
+           servers, which the planner does not model; both were slower than t = 8.)
+  Fig. 14  5.9B GPT (32 layers, 32 heads, hidden 3840), 64 GPUs, b = 1, v = 1, t = 1, (p, d) with
+           p·d = 64, batch 32 and 512 (the script's and the legend's two; the caption says three). Text:
+           "for each batch size, the throughput decreases as the pipeline-parallel size increases". By
+           eye for p = 2 … 32: ~62, 56, 53, 49, 43 (batch 32); ~148, 141, 129, 114, 90 (batch 512).
+  Fig. 15  the same 5.9B GPT, b = 1, p = 1, (t, d) with t·d = 64, batch 32, 128 and 512. Text: tensor
+           parallelism's all-reduces dominate and "as the tensor-model-parallel size increases, we
            perform smaller matrix multiplications on every GPU". By eye for t = 2, 4, 8: ~103, 88, 70
            (batch 128); ~127, 104, 75 (512); batch 32 (~56, 54, 55) is a tie by eye and not checked.
-  Fig. 12  GPT-3 175B on 96 GPUs, batch 12 … 60, non-interleaved against interleaved (v not given;
-           the planner's best v > 1); t = 8, p = 12, d = 1 inferred as for Table 2. Text: the interleaved
-           schedule "has higher computational performance" and "this gap closes as the batch size
-           increases". By eye: non-interleaved ~82, 109, 122, 130, 135; interleaved ~119, 134, 141,
-           143, 146.
+  Fig. 12  GPT-3 175B (96 layers, 96 heads, hidden 12288) on 96 GPUs, t = 8, p = 12, d = 1 (the
+           script's; the previous inference from the paper's rule agreed), b = 1, batch 12 … 60,
+           non-interleaved (v = 1) against interleaved (v = 4). Text: the interleaved schedule "has
+           higher computational performance" and "this gap closes as the batch size increases". By eye:
+           non-interleaved ~82, 109, 122, 130, 135; interleaved ~119, 134, 141, 143, 146.
   Fig. 16 (91B, micro-batch sizes) is not used: the paper does not give that model's shape.
 
     python -m parallel.plan --validate-published
@@ -56,16 +60,15 @@ TABLE_2 = [  # (params B, heads, hidden, layers, t, p, GPUs, batch, micro-batch,
     (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 1, 159),
 ]
 TABLE_2_DAYS = [84, 43, 23, 156, 80, 42]  # its last column: days to train on 300B tokens, for the cross-check
-INTERLEAVED = "interleaved"   # a layout's v: an int, None (the planner's best) or the best v > 1
 
-# (figure, (heads, hidden, layers), GPUs, batch, micro-batch or None, layouts as (t, p, v) fastest first
-# as published)
+# (figure, (heads, hidden, layers), GPUs, batch, micro-batch, layouts as (t, p, v) fastest first as published);
+# every b and v as the run scripts set them
 GPT_162B, GPT_5B, GPT_175B = (128, 20480, 32), (32, 3840, 32), (96, 12288, 96)
 SWEEPS = (
-    [("Fig. 13", GPT_162B, 64, batch, None, [(8, 8, None), (4, 16, None), (2, 32, None)]) for batch in (32, 128)]
-    + [("Fig. 14", GPT_5B, 64, batch, 1, [(1, p, None) for p in (2, 4, 8, 16, 32)]) for batch in (32, 512)]
-    + [("Fig. 15", GPT_5B, 64, batch, 1, [(t, 1, None) for t in (2, 4, 8)]) for batch in (128, 512)]
-    + [("Fig. 12", GPT_175B, 96, batch, None, [(8, 12, INTERLEAVED), (8, 12, 1)]) for batch in (12, 24, 36, 48, 60)]
+    [("Fig. 13", GPT_162B, 64, batch, 1, [(8, 8, 1), (4, 16, 1), (2, 32, 1)]) for batch in (32, 128)]
+    + [("Fig. 14", GPT_5B, 64, batch, 1, [(1, p, 1) for p in (2, 4, 8, 16, 32)]) for batch in (32, 512)]
+    + [("Fig. 15", GPT_5B, 64, batch, 1, [(t, 1, 1) for t in (2, 4, 8)]) for batch in (128, 512)]
+    + [("Fig. 12", GPT_175B, 96, batch, 1, [(8, 12, 4), (8, 12, 1)]) for batch in (12, 24, 36, 48, 60)]
 )
 
 
@@ -75,8 +78,8 @@ def config_of(heads, hidden, layers):
 
 def fastest(config, profile, gpus, batch, t, p, b=None, v=None):
     """The planner's fastest fitting step of (t, p) on `gpus` (b, v: given, or its best), or None."""
-    steps = best_steps(config, profile, gpus, batch, tp=t, pp=p, b=b, v=None if v == INTERLEAVED else v)
-    fitting = [st for st in steps if st.fits and (v != INTERLEAVED or st.chunks > 1)]
+    steps = best_steps(config, profile, gpus, batch, tp=t, pp=p, b=b, v=v)
+    fitting = [st for st in steps if st.fits]
     return fitting[0] if fitting else None
 
 
@@ -98,14 +101,13 @@ def gap_closes(results):
 
 def layout_text(layout, st):
     t, p, v = layout
-    name = f"t={t} p={p}" + ("" if v is None else " v>1" if v == INTERLEAVED else f" v={v}")
-    return f"{name}: " + (f"{st.tflops:.0f} (b={st.micro_batch} v={st.chunks})" if st else "does not fit")
+    return f"t={t} p={p} v={v}: " + (f"{st.tflops:.0f}" if st else "does not fit")
 
 
 def validate_sweeps(profile, out=print):
     """Print each sweep's layouts in the published order (fastest first) with the planner's TFLOP/s per GPU."""
     out("Narayanan et al. 2021, Figs. 12-15 (held out): the planner's TFLOP/s per GPU, layouts listed fastest "
-        "first as published (orderings only: the figures' values are read by eye)")
+        "first as published, b = 1 and v as in the run scripts (orderings only: the figures' values are read by eye)")
     results = [check_sweep(sweep, profile) for sweep in SWEEPS]
     for r in results:
         out(f"  {r['figure']} batch {r['batch']:>4}  {'agrees   ' if r['agrees'] else 'DISAGREES'}  "

@@ -6,7 +6,6 @@ import pytest
 from parallel.plan import load_profile
 from parallel.plan.published import validate_published
 from parallel.plan.published_sweeps import (
-    INTERLEAVED,
     SWEEPS,
     TABLE_2,
     TABLE_2_DAYS,
@@ -39,7 +38,14 @@ def test_the_check_fails_when_the_published_order_is_reversed():
     assert not check_sweep((figure, shape, gpus, batch, b, layouts[::-1]), A100)["agrees"]
     fig_12 = next(s for s in SWEEPS if s[0] == "Fig. 12")
     r = check_sweep(fig_12, A100)
-    assert r["layouts"][0][2] == INTERLEAVED and r["steps"][0].chunks > 1 and r["steps"][1].chunks == 1
+    assert [(st.micro_batch, st.chunks) for st in r["steps"]] == [(1, 4), (1, 1)]    # run_figure_12.sh's
+
+
+def test_every_sweep_runs_the_scripts_micro_batch_1_and_interleaves_only_in_fig_12(sweeps):
+    for r in sweeps:
+        chunks = [st.chunks for st in r["steps"]]
+        assert all(st.micro_batch == 1 for st in r["steps"])
+        assert chunks == ([4, 1] if r["figure"] == "Fig. 12" else [1] * len(chunks))
 
 
 def test_table_2s_throughputs_give_its_own_training_days_by_eq_4():
