@@ -3,8 +3,9 @@
 The device figures are data (profiles.json, `cluster` and `cluster_sources`: datasheet or published
 microbenchmark, none fitted). What is counted here is the *software*: which kernels Megatron-LM
 (2021) launches per transformer block, how many bytes each memory-bound one moves, and which
-communication it overlaps (none: tp all-reduces, pipeline sends and the dp all-reduce all sit on
-the critical path in that code). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
+communication it overlaps (tp all-reduces and pipeline sends sit on the critical path in that code;
+so does the dp all-reduce with its own DDP, ddp="local", which reduces after the backward; see
+ddp_seconds for ddp="torch"). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
 v model chunks per stage (interleaved 1F1B; v = 1 is plain 1F1B), full activation recomputation
 (the default; Table 1's runs) or, as in Korthikanti et al. 2022, selective recomputation (only core
 attention reruns) and sequence parallelism (SP). The 2022 code's overlaps (the backward's tp
@@ -26,9 +27,10 @@ Per block and micro-batch on one GPU (T = b·s tokens, a heads, h hidden):
              (Megatron's scatter/gather optimisation).
 The last stage adds the lm_head GEMM (3 passes) and the cross-entropy; the slowest stage paces the
 pipeline: pipelined = (m + (p − 1)/v)·t_stage, m = batch/(d·b) micro-batches (the bubble is the
-(p − 1)/v part). Then, not overlapped: the dp ring all-reduce of the fp32 gradients (a group with k
-members per node moves at min(NVLink, k NICs)), the first/last stage all-reduce of the tied
-embedding's gradient, and the optimizer (Adam on fp32 masters, memory-bound).
+(p − 1)/v part). Then, not overlapped: the dp ring all-reduce of the gradients (a group with k
+members per node moves at min(NVLink, k NICs); with torch DDP partly hidden, see ddp_seconds), the
+first/last stage all-reduce of the tied embedding's gradient, and the optimizer (Adam on fp32
+masters, memory-bound).
 TFLOP/s per GPU counts the paper's model flops (its eq. 3): 96·B·s·l·h²·(1 + s/6h + V/16lh).
 """
 from dataclasses import dataclass
@@ -52,6 +54,10 @@ CROSS_ENTROPY_BYTES = 40            # per logit: fp16 → fp32, max, exp, sum, a
 OPTIMIZER_BYTES = 46                # per parameter per step: Adam on fp32 master, m, v (r/w 24), grad
                                     # unscale + inf check + norm (12), fp16 copy (2), zero main_grad (4), ...
 RECOMPUTE = ("full", "selective")
+DDP = ("local", "torch")            # Megatron-LM's --DDP-impl
+BACKWARD_SHARE = 3 / 4              # of a block's time with full recomputation: forward F, recompute F,
+                                    # backward 2F (dgrad + wgrad), the count behind the paper's eq. 3 (sec. 5.1);
+                                    # by flops, so it ignores that the forward's share of memory-bound time differs
 DTYPE = "mixed"                     # --fp16: 2-byte weights, grads (reduced in fp16), fp32 master + Adam: 16 B/param
 
 
@@ -178,8 +184,9 @@ class Step:
                 "fits": self.fits, "seconds": self.seconds, "memory": self.memory}
 
 
-def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recompute="full", sequence_parallel=False):
-    """Why (tp, pp, dp, b, v, recompute, sequence parallelism) cannot run, or None."""
+def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recompute="full", sequence_parallel=False,
+                 ddp="local"):
+    """Why (tp, pp, dp, b, v, recompute, sequence parallelism, DDP) cannot run, or None."""
     checks = [(tp * pp * dp == devices, f"tp·pp·dp = {tp * pp * dp} is not --devices {devices}"),
               (config.n_head % tp == 0, f"tp={tp} does not divide n_head={config.n_head}"),
               (tp <= gpus_per_node, f"tp={tp} spans nodes of {gpus_per_node} GPUs"),
@@ -188,15 +195,31 @@ def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recomp
               (v == 1 or (pp > 1 and batch // (dp * b) % pp == 0),
                f"interleaving (v={v}) needs pp > 1 and micro-batches divisible by pp={pp}"),
               (recompute in RECOMPUTE, f"recompute={recompute!r} is not one of {RECOMPUTE}"),
-              (tp > 1 or not sequence_parallel, "sequence parallelism needs tp > 1")]
+              (tp > 1 or not sequence_parallel, "sequence parallelism needs tp > 1"),
+              (ddp in DDP, f"ddp={ddp!r} is not one of {DDP}"),
+              # Megatron-LM 2021 (megatron/training.py) asserts --DDP-impl local with pipelining or chunks
+              (ddp == "local" or (pp == 1 and recompute == "full"),
+               "torch DDP needs pp = 1 (Megatron-LM 2021) and is modelled with full recomputation only")]
     return next((why for ok, why in checks if not ok), None)
 
 
-def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False):
+def ddp_seconds(ddp, all_reduce, tail, last_backward):
+    """The dp all-reduce's time on the critical path. "local" (Megatron's DDP): all of it, after the
+    backward. "torch" (PyTorch DistributedDataParallel, Li et al., VLDB 2020, arXiv:2006.15704, sec. 3.2:
+    gradients all-reduced in buckets, 25 MB by default, while the backward still runs): Megatron-LM 2021
+    (megatron/schedules.py, forward_backward_no_pipelining) runs all but the last micro-batch under
+    no_sync, so only the last micro-batch's backward can hide it; the bucket holding the tied word
+    embedding (its gradient is complete only when the backward ends) is always exposed, `tail`."""
+    if ddp == "local":
+        return all_reduce
+    return max(tail, all_reduce - last_backward)
+
+
+def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False, ddp="local"):
     """The Step of one layout (ValueError if it cannot run); see the module docstring."""
     gpu = figures(profile)
     why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"], recompute,
-                       sequence_parallel)
+                       sequence_parallel, ddp)
     if why:
         raise ValueError(why)
     m, s, h = batch // (dp * b), config.block_size, config.d_model
@@ -212,6 +235,9 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     params = memory["params"] / precision.param_bytes
     alpha, beta = group_link(gpu, tp, dp)
     dp_time = ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta) if dp > 1 else 0.0
+    if dp > 1:
+        tail = ring_all_reduce(dp, -(-config.vocab_size // tp) * h * precision.dp_grad_bytes, alpha, beta)
+        dp_time = ddp_seconds(ddp, dp_time, tail, BACKWARD_SHARE * layers * per_block)
     embedding = (ring_all_reduce(2, -(-config.vocab_size // tp) * h * precision.dp_grad_bytes,
                                  *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0)
     seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + head),

@@ -27,7 +27,9 @@ def add_flags(parser):
                         "Megatron-LM's step")
     parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object")
     parser.add_argument("--validate-published", action="store_true",
-                        help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. 2021)")
+                        help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. "
+                        "2021), then the held-out checks: Korthikanti et al. 2022 Table 5, the 2021 Table 2 and "
+                        "sweep orderings")
 
 
 def parse_layout(text):

@@ -5,8 +5,13 @@ Bernauer, Catanzaro, Phanishayee, Zaharia, "Efficient Large-Scale Language Model
 Clusters Using Megatron-LM", SC '21 (arXiv:2104.04473), Table 1: weak scaling of GPT models on
 Selene (DGX A100 80GB SuperPOD), sequence length 2048, vocabulary 51,200, activation recomputation,
 mixed precision; "achieved teraFLOP/s per GPU" counts the paper's eq. 3. The table gives t and p,
-not the micro-batch size or the interleaving: the planner picks those (the best it predicts).
-Columns: billions of parameters, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU.
+not the micro-batch size b or the interleaving v; the authors' run scripts do: NVIDIA/Megatron-LM,
+examples/sc21/run_table_1.sh (commit de7dc40f883ceed06344051c3c7ebd57da59cc53, "scripts for sc21",
+Aug 2021; later under examples/academic_paper_scripts/sc21): per model TP, PP, MBS (= b), GBS, the
+shape, --DDP-impl (torch for the four p = 1 rows, local otherwise) and
+--num-layers-per-virtual-pipeline-stage N, so v = layers / (p·N) (no flag: v = 1). Their shapes and
+batches are the table's. Each row is judged at that run's (t, p, b, v): the layout that was measured.
+Columns: billions of parameters, heads, hidden, layers, t, p, GPUs, batch, b, v, DDP, TFLOP/s per GPU.
 
 TABLE_5, a held-out test (nothing was fitted on it): Korthikanti, Casper, Lym, McAfee, Andersch,
 Shoeybi, Catanzaro, "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023
@@ -22,27 +27,31 @@ no micro-batch size or interleaving: again the planner's best. Columns: billions
 heads, hidden, layers, t, p, GPUs, batch, seconds per iteration with full recomputation, with
 selective recomputation + sequence parallelism.
 
+Further held-out checks from the 2021 paper itself (its Table 2, and the orderings of its sweeps in
+Figs. 12-15) are in published_sweeps.py, with their provenance; the same command prints them last.
+
     python -m parallel.plan --validate-published
 """
 from minitensor.models.gpt import GPTConfig
 
-from .cluster import best_steps
+from .cluster import best_steps, step
 from .profiles import load_profile
+from .published_sweeps import validate_sweeps, validate_table_2
 
 CITATION = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
             "Using Megatron-LM (SC '21, arXiv:2104.04473), Table 1")
 SEQ, VOCAB, DEVICE = 2048, 51200, "a100-80gb"
-TABLE_1 = [  # (params B, heads, hidden, layers, t, p, GPUs, batch, TFLOP/s per GPU)
-    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
-    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
-    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
-    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+TABLE_1 = [  # (params B, heads, hidden, layers, t, p, GPUs, batch, b, v, DDP, TFLOP/s per GPU)
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 16, 1, "torch", 137),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 16, 1, "torch", 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 16, 1, "torch", 142),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 8, 1, "torch", 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 4, 1, "local", 138),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 2, 3, "local", 140),     # 60 / (4·5)
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 2, 2, "local", 148),    # 80 / (8·5)
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 1, 2, "local", 155),  # 96 / (16·3)
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 1, 3, "local", 163),  # 105 / (35·1)
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 1, 1, "local", 163),
 ]
 GOAL_ERROR, GOAL_RANK = 0.15, 5
 
@@ -72,10 +81,11 @@ def rank_of_tp_pp(steps, tp, pp):
 
 
 def validate_row(row, profile):
-    """{published, predicted, error, rank, layouts, step (the paper's (t, p) at its best b, v), best}."""
-    config, (_, _, _, _, t, p, gpus, batch, published) = row_config(row), row
+    """{published, predicted, error, step (the run the paper measured: its t, p, b, v), rank (of its (t, p)
+    among the planner's layouts, each at its best b, v), layouts, best (the planner's fastest)}."""
+    config, (_, _, _, _, t, p, gpus, batch, b, v, ddp, published) = row_config(row), row
+    paper = step(config, profile, batch, t, p, gpus // (t * p), b, v, ddp=ddp)
     steps = best_steps(config, profile, gpus, batch)
-    paper = next(st for st in steps if (st.tp, st.pp) == (t, p))
     return {"published": published, "predicted": paper.tflops, "error": paper.tflops / published - 1,
             "rank": rank_of_tp_pp(steps, t, p), "layouts": len({(st.tp, st.pp) for st in steps if st.fits}),
             "step": paper, "best": steps[0]}
@@ -86,17 +96,17 @@ def rank_text(result):
 
 
 def validate_published(device=DEVICE, out=print):
-    """Print Table 1 against the planner, then the held-out Table 5; return Table 1's results."""
+    """Print Table 1 against the planner, then the held-out Table 5, Table 2 and sweeps; return Table 1's results."""
     profile = load_profile(device)
-    out(f"{CITATION}; seq {SEQ}, vocab {VOCAB}, device {device}, full recomputation; m and v: the planner's best")
-    out(f"{'params':>8} {'t':>2} {'p':>3} {'GPUs':>5} {'batch':>5} {'b':>3} {'v':>3} {'published':>10} "
+    out(f"{CITATION}; seq {SEQ}, vocab {VOCAB}, device {device}, full recomputation; b, v, DDP: the authors' run scripts")
+    out(f"{'params':>8} {'t':>2} {'p':>3} {'GPUs':>5} {'batch':>5} {'b':>3} {'v':>3} {'DDP':>5} {'published':>10} "
         f"{'predicted':>10} {'error':>7} {'rank (t,p)':>11}  {'mem GiB':>7}  planner's best")
     results = []
     for row in TABLE_1:
         r = validate_row(row, profile)
         st, best = r["step"], r["best"]
         out(f"{row[0]:>7}B {row[4]:>2} {row[5]:>3} {row[6]:>5} {row[7]:>5} {st.micro_batch:>3} {st.chunks:>3} "
-            f"{r['published']:>10} {r['predicted']:>10.1f} {r['error']:>+7.1%} "
+            f"{row[10]:>5} {r['published']:>10} {r['predicted']:>10.1f} {r['error']:>+7.1%} "
             f"{rank_text(r):>11}"
             f"  {st.memory['total'] / 2**30:>7.1f}  t={best.tp} p={best.pp} b={best.micro_batch} v={best.chunks} "
             f"{best.tflops:.0f} TFLOP/s")
@@ -109,6 +119,10 @@ def validate_published(device=DEVICE, out=print):
     out(summary)
     out("")
     validate_table_5(profile, out)
+    out("")
+    validate_table_2(profile, out, GOAL_ERROR)
+    out("")
+    validate_sweeps(profile, out)
     return results
 
 

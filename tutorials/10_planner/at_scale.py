@@ -1,5 +1,5 @@
-"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1 and the
-held-out Table 5 of Korthikanti et al. 2022.
+"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1, and the held-out
+checks: Table 5 of Korthikanti et al. 2022, then the 2021 paper's Table 2 and the orderings of its sweeps.
 
     python tutorials/10_planner/at_scale.py            # the tables (python -m parallel.plan --validate-published)
     python tutorials/10_planner/at_scale.py --picture  # also redraw pictures/at_scale.png

@@ -127,18 +127,22 @@ def test_the_1t_model_does_not_fit_without_model_parallelism():
 
 
 def test_table_1_is_predicted_within_18_percent_and_the_papers_layout_ranks_high():
-    """Goal (issue 34): every row within 15% and the paper's (t, p) in the top 5. Today: 8 of 10 rows
-    within 15% (all within 18%, every one over-predicted), 7 of 10 in the top 5 (all in the top 7):
-    a guard against regressions, and the chapter says why."""
+    """Goal (issue 34): every row within 15% and the paper's (t, p) in the top 5. Each row is judged at the run
+    the paper measured (t, p, b, v and DDP of the authors' run_table_1.sh). Today: 5 of 10 rows within 15%
+    (all within 19%, every one over-predicted; the four p = 1 rows, whose torch DDP hides the dp all-reduce,
+    are the four worst), 7 of 10 in the top 5 (all in the top 7): a guard against regressions, and the
+    chapter says why."""
     lines = []
     results = validate_published(out=lines.append)
     errors = [r["error"] for r in results]
-    assert len(results) == 10 and all(0 < e < 0.18 for e in errors)
-    assert sum(e <= 0.15 for e in errors) >= 8
+    assert len(results) == 10 and all(0 < e < 0.19 for e in errors)
+    assert sum(e <= 0.15 for e in errors) >= 5 and all(e <= 0.155 for e in errors[4:])
+    assert sorted(errors, reverse=True)[:4] == errors[:4]                # torch DDP's rows (p = 1) the worst
     assert all(r["rank"] is not None and r["rank"] <= 7 for r in results)
     assert sum(r["rank"] <= 5 for r in results) >= 7
     assert all(r["step"].fits for r in results)
-    assert lines[-1].startswith("largest error")
+    assert [(r["step"].micro_batch, r["step"].chunks) for r in results] == [row[8:10] for row in TABLE_1]
+    assert lines[12].startswith("largest error")         # Table 1's summary; the held-out checks follow it
 
 
 def test_the_held_out_table_5_is_printed_after_table_1_and_predicted():
@@ -163,14 +167,15 @@ def test_the_held_out_table_5_is_printed_after_table_1_and_predicted():
 def test_the_530b_and_1t_runs_of_both_papers_differ_in_print_but_not_in_the_model():
     """Chapter 10's argument: 530B and 1T ran with the same t, p and micro-batches per pipeline in 2021 (dp 9
     and 6) and 2022 (dp 1). In print the 2021 runs are 8-10% slower (eq. 3 TFLOP/s per GPU, from the
-    published seconds by hand); the model, where only the dp all-reduce differs, within 1%."""
+    published seconds by hand); the model, at the 2021 scripts' b and v for both (Table 5 gives neither), where
+    only the dp all-reduce differs, within 1%."""
     results_1 = validate_published(out=lambda line: None)
-    results_5 = [r for r in validate_table_5(A100, out=lambda line: None) if r["mode"] == "full"]
     for i1, i5 in ((8, 2), (9, 3)):
-        row = TABLE_5[i5]
+        row, (*_, t, p, _, _, b, v, _, published_2021) = TABLE_5[i5], TABLE_1[i1]
         published_2022 = model_flops(row_config(row), row[7]) / (row[8] * row[6]) / 1e12
-        assert 0.08 < published_2022 / TABLE_1[i1][-1] - 1 < 0.11
-        assert results_5[i5]["step"].tflops == pytest.approx(results_1[i1]["predicted"], rel=0.01)
+        assert 0.08 < published_2022 / published_2021 - 1 < 0.11
+        run_2022 = step(row_config(row), A100, row[7], t, p, 1, b, v)
+        assert run_2022.tflops == pytest.approx(results_1[i1]["predicted"], rel=0.01)
 
 
 def test_the_json_cli_prints_one_object_with_the_stable_keys(capsys):
