@@ -170,6 +170,7 @@ class Step:
     tflops: float
     recompute: str = "full"
     sequence_parallel: bool = False
+    ddp: str = "local"
 
     @property
     def fits(self):
@@ -178,7 +179,7 @@ class Step:
     def as_json(self):
         return {"layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
                            "micro_batches": None, "v": self.chunks, "recompute": self.recompute},
-                "sequence_parallel": self.sequence_parallel,
+                "sequence_parallel": self.sequence_parallel, "ddp": self.ddp,
                 "step_seconds": self.seconds["step"], "tflops_per_device": self.tflops,
                 "memory_bytes_per_device": self.memory["total"], "memory_limit_bytes": self.limit,
                 "fits": self.fits, "seconds": self.seconds, "memory": self.memory}
@@ -251,11 +252,13 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     # the optimizer step copies every gradient to fp32 (main_param.grad = main_grad.float()) once the
     # activations are gone: the peak is the larger of the two
     memory["fp32_grads_at_step"] = 4 * params
-    states = memory["params"] + memory["grads"] + memory["optim"]
+    if ddp == "torch":  # its buckets hold a second copy of the gradients (PyTorch's docs, DDP's
+        memory["ddp_buckets"] = params * precision.dp_grad_bytes  # gradient_as_bucket_view: off by default)
+    states = memory["params"] + memory["grads"] + memory["optim"] + memory.get("ddp_buckets", 0)
     memory["total"] = states + max(memory["activations"] + memory["logits"], memory["fp32_grads_at_step"])
     tflops = model_flops(config, batch) / (seconds["step"] * tp * pp * dp) / 1e12
     return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops, recompute,
-                sequence_parallel)
+                sequence_parallel, ddp)
 
 
 def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_parallel=False):
@@ -271,27 +274,3 @@ def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_paralle
             else config.n_layer // (pp * v) * min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1))
     working = block_activation_bytes(config, b, tp, sequence_parallel, False, DTYPE) if full else scores
     return kept * held + working
-
-
-def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16,
-               recompute="full", sequence_parallel=False):
-    """Every runnable layout matching the given parts (None: search it), fastest first, fitting ones
-    before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v."""
-    gpu = figures(profile)
-    found = []
-    for t in [tp] if tp else [x for x in range(1, gpu["gpus_per_node"] + 1) if devices % x == 0]:
-        for p in [pp] if pp else [x for x in range(1, config.n_layer + 1) if (devices // t) % x == 0]:
-            d = dp or devices // (t * p)
-            for micro in [b] if b else [x for x in range(1, max_micro_batch + 1) if batch % (d * x) == 0]:
-                for chunks in [v] if v else [x for x in range(1, config.n_layer // p + 1) if x == 1 or p > 1]:
-                    mode = (recompute, sequence_parallel)
-                    if layout_error(config, devices, batch, t, p, d, micro, chunks, gpu["gpus_per_node"], *mode) is None:
-                        found.append(step(config, profile, batch, t, p, d, micro, chunks, *mode))
-    return sorted(found, key=lambda st: (not st.fits, st.seconds["step"]))
-
-
-def with_micro_batches(st, batch):
-    out = st.as_json()
-    out["layout"]["micro_batches"] = batch // (st.dp * st.micro_batch)
-    return out
-

@@ -13,17 +13,18 @@ al. 2022's modes.
 """
 import json
 
-from .cluster import best_steps, figures, layout_error, model_flops, with_micro_batches
+from .cluster import DDP, figures, layout_error, model_flops
+from .cluster_search import best_steps, with_micro_batches
 from .profiles import load_profile
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
-MODES = {"recompute": ("full", "selective"), "sp": ("0", "1")}  # values that are words, not counts
-VALUE = {"recompute": str, "sp": lambda value: value == "1"}   # how each key's text is read (the rest: int)
+MODES = {"recompute": ("full", "selective"), "sp": ("0", "1"), "ddp": DDP}  # values that are words, not counts
+VALUE = {"recompute": str, "sp": lambda value: value == "1", "ddp": str}   # how each key's text is read (the rest: int)
 
 
 def add_flags(parser):
     parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
-                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1]; "
+                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1][,ddp=local|torch]; "
                         "Megatron-LM's step")
     parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object")
     parser.add_argument("--validate-published", action="store_true",
@@ -33,8 +34,8 @@ def add_flags(parser):
 
 
 def parse_layout(text):
-    """'tp=8,pp=64,dp=6,m=1,v=2,recompute=selective,sp=1' -> {"tp": 8, ..., "recompute": "selective",
-    "sp": True}; ValueError naming the bad part."""
+    """'tp=8,pp=64,dp=6,m=1,v=2,recompute=selective,sp=1,ddp=local' -> {"tp": 8, ..., "recompute": "selective",
+    "sp": True, "ddp": "local"}; ValueError naming the bad part."""
     parts = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
@@ -43,7 +44,7 @@ def parse_layout(text):
             raise ValueError(f"--layout {text!r}: {item!r}: {key} is one of {', '.join(MODES[key])}")
         if key not in MODES and (key not in KEYS or not value.isdigit() or int(value) < 1):
             raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int, "
-                             "recompute=full|selective or sp=0|1")
+                             "recompute=full|selective, sp=0|1 or ddp=local|torch")
         if key in parts:
             raise ValueError(f"--layout {text!r}: {key} given twice")
         parts[key] = VALUE.get(key, int)(value)
@@ -74,13 +75,14 @@ def run(args, parser, model_config):
             profile = {**profile, "memory_gib": args.mem_per_device / 2**30}
         steps = best_steps(config, profile, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
                            parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16),
-                           recompute=parts.get("recompute", "full"), sequence_parallel=parts.get("sp", False))
+                           recompute=parts.get("recompute", "full"), sequence_parallel=parts.get("sp", False),
+                           ddp=parts.get("ddp"))
     except ValueError as error:
         parser.error(str(error))
     if not steps:
         why = layout_error(config, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
                            parts.get("m", 1), parts.get("v", 1), figures(profile)["gpus_per_node"],
-                           parts.get("recompute", "full"), parts.get("sp", False))
+                           parts.get("recompute", "full"), parts.get("sp", False), parts.get("ddp", "local"))
         parser.error(f"--layout {args.layout}: {why or 'no micro-batch size ≤ 16 and interleaving runs it'}")
     best = steps[0]
     out = {"device": profile["name"], "model_flops_per_step": model_flops(config, args.batch),
@@ -90,7 +92,7 @@ def run(args, parser, model_config):
     else:
         lay = out["layout"]
         print(f"{config} on {args.devices} × {profile['name']}, batch {args.batch}: tp={lay['tp']} pp={lay['pp']} "
-              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, {lay['recompute']} recompute"
+              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, {lay['recompute']} recompute, {out['ddp']} DDP"
               f"{', sequence parallel' if out['sequence_parallel'] else ''}")
         print(f"step {best.seconds['step']:.4g} s = " + ", ".join(
             f"{k} {v:.3g}" for k, v in best.seconds.items() if k not in ("step", "gemm", "memory_bound")))

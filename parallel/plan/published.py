@@ -34,7 +34,8 @@ Figs. 12-15) are in published_sweeps.py, with their provenance; the same command
 """
 from minitensor.models.gpt import GPTConfig
 
-from .cluster import best_steps, step
+from .cluster import step
+from .cluster_search import best_steps
 from .profiles import load_profile
 from .published_sweeps import validate_sweeps, validate_table_2
 
@@ -108,7 +109,7 @@ def validate_published(device=DEVICE, out=print):
         out(f"{row[0]:>7}B {row[4]:>2} {row[5]:>3} {row[6]:>5} {row[7]:>5} {st.micro_batch:>3} {st.chunks:>3} "
             f"{row[10]:>5} {r['published']:>10} {r['predicted']:>10.1f} {r['error']:>+7.1%} "
             f"{rank_text(r):>11}"
-            f"  {st.memory['total'] / 2**30:>7.1f}  t={best.tp} p={best.pp} b={best.micro_batch} v={best.chunks} "
+            f"  {st.memory['total'] / 2**30:>7.1f}  t={best.tp} p={best.pp} b={best.micro_batch} v={best.chunks} {best.ddp} "
             f"{best.tflops:.0f} TFLOP/s")
         results.append(r)
     worst = max(abs(r["error"]) for r in results)

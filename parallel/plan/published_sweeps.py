@@ -46,7 +46,7 @@ Each names the text that states the ordering where there is one.
 """
 from minitensor.models.gpt import GPTConfig
 
-from .cluster import best_steps
+from .cluster_search import best_steps
 
 SEQ, VOCAB = 2048, 51200
 CITATION_2 = ("Narayanan et al. 2021 (arXiv:2104.04473), Table 2, PTD-P rows (held out; t = 8 inferred from "
@@ -77,8 +77,9 @@ def config_of(heads, hidden, layers):
 
 
 def fastest(config, profile, gpus, batch, t, p, b=None, v=None):
-    """The planner's fastest fitting step of (t, p) on `gpus` (b, v: given, or its best), or None."""
-    steps = best_steps(config, profile, gpus, batch, tp=t, pp=p, b=b, v=v)
+    """The planner's fastest fitting step of (t, p) on `gpus` (b, v: given, or its best), or None. Megatron's
+    own DDP, as every figure script ran (--DDP-impl local)."""
+    steps = best_steps(config, profile, gpus, batch, tp=t, pp=p, b=b, v=v, ddp="local")
     fitting = [st for st in steps if st.fits]
     return fitting[0] if fitting else None
 
