@@ -8,6 +8,8 @@
     python -m parallel.plan --calibrate
     python -m parallel.plan --n-layer 128 --d-model 25600 --n-head 160 --vocab 51200 --seq 2048 --batch 3072 \\
         --devices 3072 --device a100-80gb --layout tp=8,pp=64,dp=6 --json      (plan.cluster_cli)
+    python -m parallel.plan --n-layer 40 --d-model 6144 --n-head 48 --vocab 51200 --seq 2048 --batch 1024 \\
+        --devices 256 --device a100-80gb --top 5 --json                        (the 5 best, a JSON list)
     python -m parallel.plan --validate-published
     python -m parallel.plan --config medium --devices 2 --auto-shard
     python -m parallel.plan --config medium --devices 2 --simulate --top 4

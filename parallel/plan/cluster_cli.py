@@ -26,7 +26,8 @@ def add_flags(parser):
     parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
                         "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1][,ddp=local|torch]; "
                         "Megatron-LM's step")
-    parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object")
+    parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object; without it "
+                        "(a GPU-cluster --device): a JSON list of the --top K best layouts, each its best m, v, DDP")
     parser.add_argument("--validate-published", action="store_true",
                         help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. "
                         "2021), then the held-out checks: Korthikanti et al. 2022 Table 5, the 2021 Table 2 and "
@@ -54,39 +55,60 @@ def parse_layout(text):
     return parts
 
 
+def cluster_profile(args):
+    """The --device profile (with --mem-per-device), ValueError if it has no GPU-cluster figures."""
+    profile = load_profile(args.device)
+    figures(profile)
+    return {**profile, "memory_gib": args.mem_per_device / 2**30} if args.mem_per_device else profile
+
+
+def described(st, config, batch, profile):
+    """One layout as the CLI prints it in JSON."""
+    return {"device": profile["name"], "model_flops_per_step": model_flops(config, batch),
+            **with_micro_batches(st, batch)}
+
+
+def top_layouts(config, profile, devices, batch, k):
+    """The k best (tp, pp, dp), each at its best micro-batch, interleaving and DDP, fitting ones first."""
+    best = {}
+    for st in best_steps(config, profile, devices, batch):   # fastest first: the first of each (tp, pp, dp)
+        best.setdefault((st.tp, st.pp, st.dp), st)
+    return [{"tp": st.tp, "pp": st.pp, "dp": st.dp, **described(st, config, batch, profile)}
+            for st in list(best.values())[:k]]
+
+
 def run(args, parser, model_config):
-    """Exit code of --validate-published or --layout (parser.error on bad input)."""
+    """Exit code of --validate-published, --layout, or --top K --json (parser.error on bad input)."""
     if args.validate_published:
         from .published import validate_published
         validate_published()
         return 0
-    if args.json and not args.layout:
-        parser.error("--json goes with --layout")
     config = model_config(args, parser)
+    flag = "--layout" if args.layout else "--json"
     if args.batch is None:
-        parser.error("--layout needs --batch (global batch in sequences)")
+        parser.error(f"{flag} needs --batch (global batch in sequences)")
     try:
+        profile = cluster_profile(args)
+        if not args.layout:  # --top K --json: the K best layouts of the cluster
+            print(json.dumps(top_layouts(config, profile, args.devices, args.batch, args.top)))
+            return 0
         parts = parse_layout(args.layout)
         if parts["tp"] * parts["pp"] * parts["dp"] != args.devices:
             raise ValueError(f"--layout tp·pp·dp = {parts['tp'] * parts['pp'] * parts['dp']} is not "
                              f"--devices {args.devices}")
-        profile = load_profile(args.device)
-        if args.mem_per_device:
-            profile = {**profile, "memory_gib": args.mem_per_device / 2**30}
         steps = best_steps(config, profile, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
                            parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16),
                            recompute=parts.get("recompute", "full"), sequence_parallel=parts.get("sp", False),
                            ddp=parts.get("ddp"))
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"{flag}: {error}" if flag == "--json" else str(error))
     if not steps:
         why = layout_error(config, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
                            parts.get("m", 1), parts.get("v", 1), figures(profile)["gpus_per_node"],
                            parts.get("recompute", "full"), parts.get("sp", False), parts.get("ddp", "local"))
         parser.error(f"--layout {args.layout}: {why or 'no micro-batch size ≤ 16 and interleaving runs it'}")
     best = steps[0]
-    out = {"device": profile["name"], "model_flops_per_step": model_flops(config, args.batch),
-           **with_micro_batches(best, args.batch)}
+    out = described(best, config, args.batch, profile)
     if args.json:
         print(json.dumps(out))
     else:
