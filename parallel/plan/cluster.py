@@ -1,7 +1,7 @@
 """The step a GPU cluster runs: Megatron-LM's GPT (Narayanan et al. 2021) on a profile's `cluster` figures.
 
 The device figures are data (profiles.json, `cluster` and `cluster_sources`: datasheet or published
-microbenchmark, none fitted). What is counted here is the *software*: which kernels Megatron-LM
+microbenchmark; one, the GEMM efficiency, fitted on Narayanan et al. 2021's Table 2, published_sweeps.py). What is counted here is the *software*: which kernels Megatron-LM
 (2021) launches per transformer block, how many bytes each memory-bound one moves, and which
 communication it overlaps (tp all-reduces and pipeline sends sit on the critical path in that code;
 so does the dp all-reduce with its own DDP, ddp="local", which reduces after the backward; see

@@ -30,8 +30,8 @@ def add_flags(parser):
                         "(a GPU-cluster --device): a JSON list of the --top K best layouts, each its best m, v, DDP")
     parser.add_argument("--validate-published", action="store_true",
                         help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. "
-                        "2021), then the held-out checks: Korthikanti et al. 2022 Table 5, the 2021 Table 2 and "
-                        "sweep orderings")
+                        "2021), then the held-out Korthikanti et al. 2022 Table 5, the 2021 Table 2 (the calibration) and "
+                        "the held-out sweep orderings")
 
 
 def parse_layout(text):

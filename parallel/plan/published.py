@@ -27,7 +27,8 @@ no micro-batch size or interleaving: again the planner's best. Columns: billions
 heads, hidden, layers, t, p, GPUs, batch, seconds per iteration with full recomputation, with
 selective recomputation + sequence parallelism.
 
-Further held-out checks from the 2021 paper itself (its Table 2, and the orderings of its sweeps in
+The 2021 paper's Table 2 (the cluster model's one calibration: gemm_efficiency is fitted there) and
+held-out checks from its sweeps (the orderings in
 Figs. 12-15) are in published_sweeps.py, with their provenance; the same command prints them last.
 
     python -m parallel.plan --validate-published
@@ -97,7 +98,8 @@ def rank_text(result):
 
 
 def validate_published(device=DEVICE, out=print):
-    """Print Table 1 against the planner, then the held-out Table 5, Table 2 and sweeps; return Table 1's results."""
+    """Print Table 1 against the planner, then the held-out Table 5, Table 2 (the calibration) and the held-out
+    sweeps; return Table 1's results."""
     profile = load_profile(device)
     out(f"{CITATION}; seq {SEQ}, vocab {VOCAB}, device {device}, full recomputation; b, v, DDP: the authors' run scripts")
     out(f"{'params':>8} {'t':>2} {'p':>3} {'GPUs':>5} {'batch':>5} {'b':>3} {'v':>3} {'DDP':>5} {'published':>10} "

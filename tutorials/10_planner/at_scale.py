@@ -1,5 +1,6 @@
-"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1, and the held-out
-checks: Table 5 of Korthikanti et al. 2022, then the 2021 paper's Table 2 and the orderings of its sweeps.
+"""Chapter 10, 'At scale': the planner's GPU-cluster model against Megatron-LM's Table 1, the held-out
+Table 5 of Korthikanti et al. 2022, the 2021 paper's Table 2 (the one calibration) and the orderings of
+its sweeps (held out).
 
     python tutorials/10_planner/at_scale.py            # the tables (python -m parallel.plan --validate-published)
     python tutorials/10_planner/at_scale.py --picture  # also redraw pictures/at_scale.png
@@ -10,6 +11,7 @@ from pathlib import Path
 from parallel.plan.cluster import model_flops
 from parallel.plan.profiles import load_profile
 from parallel.plan.published import DEVICE, GOAL_ERROR, TABLE_1, row_config, validate_published, validate_table_5
+from parallel.plan.published_sweeps import validate_table_2
 
 PICTURE = Path(__file__).with_name("pictures") / "at_scale.png"
 
@@ -25,6 +27,18 @@ def table_5_points():
     return points
 
 
+def spread_labels(ax, points, color, shift, gap=4.0):
+    """Label each (label, x, y) point `shift` TFLOP/s to its side, the labels moved apart to at least `gap`
+    in y (bottom up), each joined to its point by a thin line when it had to move."""
+    placed = -1e9
+    for label, x, y in sorted(points, key=lambda point: point[2]):
+        placed = max(y, placed + gap)
+        ax.annotate(label, (x, y), xytext=(x + shift, placed), textcoords="data",
+                    ha="right" if shift < 0 else "left", va="center",
+                    fontsize=7, color=color,
+                    arrowprops=dict(arrowstyle="-", lw=0.4, color=color) if placed != y else None)
+
+
 def render(results, path=PICTURE):
     """Predicted against published TFLOP/s per GPU, one point per row of each table, the ±15% band shaded."""
     import matplotlib
@@ -34,17 +48,20 @@ def render(results, path=PICTURE):
               [(f"{row[0]:g}B", r["published"], r["predicted"]) for row, r in zip(TABLE_1, results)]}
     for mode, points in table_5_points().items():
         series[f"Korthikanti et al. 2022, Table 5 ({mode}; held out)"] = points
-    fig, ax = plt.subplots(figsize=(6, 5.5))
+    series["Narayanan et al. 2021, Table 2 (the calibration)"] = [
+        (f"{r['row'][0]:g}B/{r['row'][6]}", r["published"], r["predicted"])
+        for r in validate_table_2(load_profile(DEVICE), out=lambda line: None)]
+    fig, ax = plt.subplots(figsize=(6.5, 6))
     line = [110, 260]
     ax.plot(line, line, color="black", lw=1, label="predicted = published")
     ax.fill_between(line, [x * (1 - GOAL_ERROR) for x in line], [x * (1 + GOAL_ERROR) for x in line],
                     color="tab:green", alpha=0.15, label=f"±{GOAL_ERROR:.0%}")
-    for (name, points), color, marker in zip(series.items(), ("tab:blue", "tab:orange", "tab:purple"), "o^s"):
+    colors = ("tab:blue", "tab:orange", "tab:purple", "tab:gray")
+    for (name, points), color, marker, shift in zip(series.items(), colors, "o^sD", (-14, 8, -8, 0)):
         ax.scatter([x for _, x, _ in points], [y for _, _, y in points], color=color, marker=marker, zorder=3,
-                   label=name)
-        for i, (label, x, y) in enumerate(points):  # neighbours' labels on opposite sides
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -3) if i % 2 else (-5, 3),
-                        ha="left" if i % 2 else "right", fontsize=7, color=color)
+                   label=name, s=18 if marker == "D" else 30)
+        if marker != "D":  # Table 2's points sit among Table 1's: the legend names them, labels would crowd
+            spread_labels(ax, points, color, shift)
     ax.set_xlim(*line)
     ax.set_ylim(*line)
     ax.set_xlabel("published TFLOP/s per GPU (the 2021 paper's eq. 3 over the published time)")

@@ -10,6 +10,7 @@ from parallel.plan.published_sweeps import (
     TABLE_2,
     TABLE_2_DAYS,
     check_sweep,
+    fitted_gemm_efficiency,
     gap_closes,
     validate_sweeps,
     validate_table_2,
@@ -56,11 +57,15 @@ def test_table_2s_throughputs_give_its_own_training_days_by_eq_4():
         assert 1.0 <= days / (8 * 300e9 * params / (gpus * tflops) / 86400) < 1.035
 
 
-def test_table_2_is_predicted_within_15_percent_and_over_predicted_like_table_1():
+def test_table_2_is_the_calibration_its_mean_error_is_zero_and_every_row_within_5_percent():
+    """The a100-80gb profile's gemm_efficiency is the fit on Table 2 (rounded to 0.01), and at it the six runs
+    are predicted within 5%; the throughput still falls as dp grows at a fixed batch, in print and in the model."""
+    fit = fitted_gemm_efficiency(A100)
+    assert A100["cluster"]["gemm_efficiency"] == round(fit, 2) and 0.6 < fit < 0.86   # below the microbenchmark
     results = validate_table_2(A100, out=lambda line: None)
     assert len(results) == 6 and all(r["step"].fits and r["step"].micro_batch == 1 for r in results)
-    assert all(0 < r["error"] <= 0.15 for r in results)
-    for first in (0, 3):   # throughput falls as dp grows at a fixed batch, in print and in the model
+    assert all(abs(r["error"]) <= 0.05 for r in results)
+    for first in (0, 3):
         rates = [r["predicted"] for r in results[first:first + 3]]
         assert rates[0] > rates[1] > rates[2]
 
