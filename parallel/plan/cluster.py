@@ -1,11 +1,11 @@
 """The step a GPU cluster runs: Megatron-LM's GPT (Narayanan et al. 2021) on a profile's `cluster` figures.
 
 The device figures are data (profiles.json, `cluster` and `cluster_sources`: datasheet or published
-microbenchmark; one, the GEMM efficiency, fitted on Narayanan et al. 2021's Table 2, published_sweeps.py). What is counted here is the *software*: which kernels Megatron-LM
-(2021) launches per transformer block, how many bytes each memory-bound one moves, and which
-communication it overlaps (tp all-reduces and pipeline sends sit on the critical path in that code;
-so does the dp all-reduce with its own DDP, ddp="local", which reduces after the backward; see
-ddp_seconds for ddp="torch"). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
+microbenchmark; one, the GEMM efficiency, fitted on Narayanan et al. 2021's Table 2, published_sweeps.py).
+What is counted here is the *software*: which kernels Megatron-LM (2021) launches per transformer
+block, how many bytes each memory-bound one moves, and which communication it overlaps (tp all-reduces
+and pipeline sends sit on the critical path in that code; so does the dp all-reduce with its own DDP,
+ddp="local", which reduces after the backward; see ddp_seconds for ddp="torch"). The layout: tp = t, pp = p, dp = d, micro-batch b sequences,
 v model chunks per stage (interleaved 1F1B; v = 1 is plain 1F1B), full activation recomputation
 (the default; Table 1's runs) or, as in Korthikanti et al. 2022, selective recomputation (only core
 attention reruns) and sequence parallelism (SP). The 2022 code's overlaps (the backward's tp

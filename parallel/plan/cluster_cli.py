@@ -24,14 +24,15 @@ VALUE = {"recompute": str, "sp": lambda value: value == "1", "ddp": str}   # how
 
 def add_flags(parser):
     parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
-                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1][,ddp=local|torch]; "
+                        "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1]"
+                        "[,ddp=local|torch]; "
                         "Megatron-LM's step")
     parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object; without it "
                         "(a GPU-cluster --device): a JSON list of the --top K best layouts, each its best m, v, DDP")
     parser.add_argument("--validate-published", action="store_true",
                         help="predicted vs published TFLOP/s per GPU for Megatron-LM's Table 1 (Narayanan et al. "
-                        "2021), then the held-out Korthikanti et al. 2022 Table 5, the 2021 Table 2 (the calibration) and "
-                        "the held-out sweep orderings")
+                        "2021), then the held-out Korthikanti et al. 2022 Table 5, the 2021 Table 2 (the "
+                        "calibration) and the held-out sweep orderings")
 
 
 def parse_layout(text):
@@ -114,7 +115,8 @@ def run(args, parser, model_config):
     else:
         lay = out["layout"]
         print(f"{config} on {args.devices} × {profile['name']}, batch {args.batch}: tp={lay['tp']} pp={lay['pp']} "
-              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, {lay['recompute']} recompute, {out['ddp']} DDP"
+              f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, "
+              f"{lay['recompute']} recompute, {out['ddp']} DDP"
               f"{', sequence parallel' if out['sequence_parallel'] else ''}")
         print(f"step {best.seconds['step']:.4g} s = " + ", ".join(
             f"{k} {v:.3g}" for k, v in best.seconds.items() if k not in ("step", "gemm", "memory_bound")))
