@@ -234,13 +234,13 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, checkpoint=True, sequence_parallel=sequence_parallel)
     _, memory = peak_memory(config, layout, batch, DTYPE)
     params = memory["params"] / precision.param_bytes
-    alpha, beta = group_link(gpu, tp, dp)
-    dp_time = ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta) if dp > 1 else 0.0
+    embedding_grad = -(-config.vocab_size // tp) * h * precision.dp_grad_bytes  # the tied word embedding's
+    dp_time = 0.0
     if dp > 1:
-        tail = ring_all_reduce(dp, -(-config.vocab_size // tp) * h * precision.dp_grad_bytes, alpha, beta)
-        dp_time = ddp_seconds(ddp, dp_time, tail, BACKWARD_SHARE * layers * per_block)
-    embedding = (ring_all_reduce(2, -(-config.vocab_size // tp) * h * precision.dp_grad_bytes,
-                                 *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0)
+        alpha, beta = group_link(gpu, tp, dp)
+        dp_time = ddp_seconds(ddp, ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta),
+                              ring_all_reduce(dp, embedding_grad, alpha, beta), BACKWARD_SHARE * layers * per_block)
+    embedding = ring_all_reduce(2, embedding_grad, *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0
     seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + head),
                "gemm": m * layers * block["gemm"], "memory_bound": m * layers * block["memory"],
                "tp": m * layers * block["tp"], "pp": m * p2p, "bubble": (pp - 1) / v * stage,

@@ -51,7 +51,6 @@ from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch
 from .model import (
     expert_params_on_stage,
     has_experts,
-    is_moe_block,
     moe_blocks,
     param_count,
     stage_blocks,
@@ -68,13 +67,8 @@ def link(profile, stride, size):
     return kind, figures["alpha_us"] * 1e-6, 1 / (figures["bandwidth_gbps"] * 1e9)
 
 
-def block_flops(config, index, tokens, tp, passes):
-    """Flops of block `index` for `tokens` tokens on one tp rank, over `passes` passes."""
-    return kind_flops(config, is_moe_block(config, index), tokens, tp, passes)
-
-
-def kind_flops(config, moe, tokens, tp, passes):
-    """Flops of a dense block, or an MoE block if `moe`, as block_flops."""
+def block_flops(config, moe, tokens, tp, passes):
+    """Flops of a dense block, or an MoE block if `moe`, for `tokens` tokens on one tp rank, over `passes` passes."""
     h, s = config.d_model, config.block_size
     attention = 2 * 4 * h * h * tokens + 4 * s * h * tokens  # q, k, v, proj; QKᵀ and AV
     if not moe:
@@ -89,8 +83,8 @@ def stage_flops(config, layers, tokens, tp, checkpoint, last, first_block=0):
     first_block .. first_block + layers - 1 (see module doc)."""
     passes = 4 if checkpoint else 3        # forward = 1 pass, backward = 2 passes
     moe = moe_blocks(config, range(first_block, first_block + layers))
-    blocks = (layers - moe) * kind_flops(config, False, tokens, tp, passes)
-    blocks += moe * kind_flops(config, True, tokens, tp, passes) if moe else 0
+    blocks = (layers - moe) * block_flops(config, False, tokens, tp, passes)
+    blocks += moe * block_flops(config, True, tokens, tp, passes) if moe else 0
     head = 6 * config.vocab_size * config.d_model * tokens / tp if last else 0
     return blocks + head
 

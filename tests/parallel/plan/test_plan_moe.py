@@ -12,7 +12,7 @@ from parallel.mesh import Mesh
 from parallel.plan import param_bytes_per_rank, plan
 from parallel.plan.cost import block_flops, estimate, link
 from parallel.plan.layout import Layout
-from parallel.plan.model import dense_param_count, matmul_weight_count
+from parallel.plan.model import dense_param_count, is_moe_block, matmul_weight_count
 from parallel.plan.moe import (
     active_param_count,
     all_to_all_bytes,
@@ -103,7 +103,8 @@ def test_the_step_time_charges_the_all_to_alls_and_the_experts_whole_on_every_tp
     tokens, passes = 4 * 32, 3
     # top-1 of 4 experts on tp = 2: the router (2·h·E) and one whole expert (2·8·h²) in place of
     # the dense MLP's half (2·8·h²/2): the experts are not split over tp
-    moe_block, dense_block = block_flops(config, 0, tokens, 2, passes), block_flops(dense, 0, tokens, 2, passes)
+    moe_block = block_flops(config, is_moe_block(config, 0), tokens, 2, passes)
+    dense_block = block_flops(dense, is_moe_block(dense, 0), tokens, 2, passes)
     assert moe_block - dense_block == pytest.approx(passes * (2 * 64 * 4 + 2 * 8 * 64 * 64 / 2) * tokens)
     one, split = (estimate(config, Layout(dp=2, ep=ep), batch=8, profile="laptop-cpu") for ep in (1, 2))
     assert "ep" not in one.comm and split.comm["ep"] == pytest.approx(
