@@ -77,10 +77,7 @@ def one_blas_thread():
     (8, 8, 128, 128) @ (8, 8, 128, 64) stack 797 ms on two BLAS threads, 2.3 ms on one
     (bitwise equal: the threads split the output, not the sums). Switch:
     speed.disabled("single_thread_small_gemms")."""
-    if not speed.enabled("single_thread_small_gemms"):
-        yield
-        return
-    with _blas_on_one_thread():
+    with _blas_on_one_thread(speed.enabled("single_thread_small_gemms")):
         yield
 
 
@@ -91,17 +88,15 @@ def blas_thread_per_rank(ranks):
     other's spinning threads whenever the cores are busy. Measured (2 cores): chapter 13's
     `local_sgd.py --threads 2` with both cores busy with other work 30.8 s → 7.0 s; quiet 8.0–8.5 s
     → 7.7–10.6 s. Results are bitwise the same (BLAS threads split a product's output, not its sums)."""
-    if ranks <= 1:
-        yield
-        return
-    with _blas_on_one_thread():
+    with _blas_on_one_thread(ranks > 1):
         yield
 
 
 @contextlib.contextmanager
-def _blas_on_one_thread():
-    set_threads = _openblas("set")
-    if set_threads is None:  # a BLAS other than numpy's OpenBLAS: its count cannot be set here
+def _blas_on_one_thread(wanted):
+    """One BLAS thread in the block if `wanted` (and BLAS is numpy's OpenBLAS, whose count can be set)."""
+    set_threads = _openblas("set") if wanted else None
+    if set_threads is None:
         yield
         return
     with _single["lock"]:  # threads-backend ranks share the process: the first in sets, the last out restores
