@@ -8,6 +8,7 @@ import json
 
 import pytest
 from mpi_launch import REPO
+from published_argv import published_argv
 
 from parallel.plan import get_config, load_profile
 from parallel.plan.__main__ import main
@@ -19,8 +20,7 @@ from parallel.plan.validate import merge, predictions
 
 A100 = load_profile("a100-80gb")
 GPU = A100["cluster"]
-ONE_T = ["--n-layer", "128", "--d-model", "25600", "--n-head", "160", "--vocab", "51200", "--seq", "2048",
-         "--batch", "3072", "--devices", "3072", "--device", "a100-80gb"]
+ONE_T = published_argv(TABLE_1[9])
 
 
 def test_small_gemms_run_below_peak_and_a_partial_wave_costs_a_whole_one():
@@ -208,7 +208,7 @@ def test_bad_layouts_fail_with_one_line(layout, message, capsys):
 
 def test_a_profile_without_cluster_figures_is_refused(capsys):
     with pytest.raises(SystemExit):
-        main([*ONE_T[:-1], "laptop-cpu", "--layout", "tp=8,pp=64,dp=6"])
+        main([*published_argv(TABLE_1[9], device="laptop-cpu"), "--layout", "tp=8,pp=64,dp=6"])
     assert "no 'cluster' figures" in capsys.readouterr().err
 
 
@@ -223,8 +223,7 @@ def test_parse_layout():
 def test_the_cli_costs_korthikanti_et_als_modes_as_the_model_does(capsys):
     """--layout's recompute= and sp= reach the model: the JSON is the Step of those modes, and they
     are faster than full recomputation on the same layout (the 175B row of Table 5)."""
-    gpt_175b = ["--n-layer", "96", "--d-model", "12288", "--n-head", "96", "--vocab", "51200", "--seq", "2048",
-                "--batch", "64", "--devices", "64", "--device", "a100-80gb"]
+    gpt_175b = published_argv(TABLE_5[1])
     seconds = {}
     for mode in ("", ",recompute=selective,sp=1"):
         assert main([*gpt_175b, "--layout", f"tp=8,pp=8,dp=1,m=2,v=6{mode}", "--json"]) == 0

@@ -4,6 +4,7 @@ which the 2021 paper's p = 1 runs used (examples/sc21/run_table_1.sh)."""
 import json
 
 import pytest
+from published_argv import published_argv
 
 from parallel.alpha_beta import ring_all_reduce
 from parallel.plan import load_profile
@@ -54,8 +55,7 @@ def test_the_search_tries_both_ddps_where_both_run_and_only_local_with_pipelinin
 
 def test_the_cli_picks_torch_ddp_without_pipelining_and_reports_it(capsys):
     """Without ddp= the search takes the faster DDP: PyTorch's where p = 1 (1.7B row of Table 1, dp 32)."""
-    gpt_1b7 = ["--n-layer", "24", "--d-model", "2304", "--n-head", "24", "--vocab", "51200", "--seq", "2048",
-               "--batch", "512", "--devices", "32", "--device", "a100-80gb"]
+    gpt_1b7 = published_argv(TABLE_1[0])
     outs = {}
     for extra in ("", ",ddp=local"):
         assert main([*gpt_1b7, "--layout", f"tp=1,pp=1,dp=32,m=16{extra}", "--json"]) == 0

@@ -4,11 +4,12 @@ the keys of the one-layout JSON."""
 import json
 
 import pytest
+from published_argv import published_argv
 
 from parallel.plan.__main__ import main
+from parallel.plan.published import TABLE_1
 
-GPT_18B = ["--n-layer", "40", "--d-model", "6144", "--n-head", "48", "--vocab", "51200", "--seq", "2048",
-           "--batch", "1024", "--devices", "256", "--device", "a100-80gb"]    # Table 1's 18.4B row
+GPT_18B = published_argv(TABLE_1[3])                                           # Table 1's 18.4B row
 
 
 def test_top_k_json_lists_the_k_fastest_layouts_each_once_with_the_stable_keys(capsys):
@@ -24,16 +25,10 @@ def test_top_k_json_lists_the_k_fastest_layouts_each_once_with_the_stable_keys(c
     assert json.loads(capsys.readouterr().out)["step_seconds"] == pytest.approx(first["step_seconds"], rel=1e-12)
 
 
-@pytest.mark.parametrize("argv, message", [(["--device", "laptop-cpu"], "--json: device 'laptop-cpu' has no 'cluster'"),
-                                           (["--batch", None], "--json needs --batch")])
+@pytest.mark.parametrize("argv, message", [
+    (published_argv(TABLE_1[3], device="laptop-cpu"), "--json: device 'laptop-cpu' has no 'cluster'"),
+    (published_argv(TABLE_1[3], with_batch=False), "--json needs --batch")])
 def test_top_k_json_refuses_a_device_without_cluster_figures_and_a_missing_batch(argv, message, capsys):
-    args = list(GPT_18B)
-    flag = argv[0]
-    at = args.index(flag)
-    if argv[1] is None:
-        del args[at:at + 2]
-    else:
-        args[at + 1] = argv[1]
     with pytest.raises(SystemExit) as exit_info:
-        main([*args, "--top", "3", "--json"])
+        main([*argv, "--top", "3", "--json"])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
