@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import minitensor as mt
+from minitensor.allocator import keep_freed_memory
 from minitensor.data import AdditionTask, exact_match, recommended_config
 from minitensor.data.addition import greedy_answers
 from minitensor.models.gpt import GPT, GPTConfig
@@ -88,4 +89,6 @@ if __name__ == "__main__":
     for flag in ("steps", "digits", "n_layer", "n_head", "d_model", "lr", "warmup", "weight_decay", "seed"):
         parser.add_argument("--" + flag.replace("_", "-"), type=type(recipe[flag]), default=recipe[flag])
     parser.add_argument("--batch", type=int, default=recipe["batch_size"])
-    main(parser.parse_args())
+    args = parser.parse_args()
+    keep_freed_memory()  # each step's arrays are reused, not handed back to the OS and faulted in again
+    main(args)
