@@ -12,11 +12,22 @@ import threading
 
 from minitensor import dtypes, speed
 
-_state = threading.local()  # grad mode is per thread, as in PyTorch
+
+class _ThreadState(threading.local):
+    """What autograd keeps per thread (grad mode is per thread, as in PyTorch). The class
+    attributes are every thread's starting values, read as plain attributes: `apply`
+    reads them for every op."""
+
+    grad_enabled = True
+    tracer = None  # record_ops' callback while it records
+    saved_hooks = ()  # saved_tensors_hooks' (pack, unpack) pairs, the innermost last
+
+
+_state = _ThreadState()
 
 
 def is_grad_enabled():
-    return getattr(_state, "grad_enabled", True)
+    return _state.grad_enabled
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -55,7 +66,7 @@ class saved_tensors_hooks:
         self.hooks = (pack, unpack)
 
     def __enter__(self):
-        _state.saved_hooks = getattr(_state, "saved_hooks", ()) + (self.hooks,)
+        _state.saved_hooks += (self.hooks,)
 
     def __exit__(self, *exc):
         _state.saved_hooks = _state.saved_hooks[:-1]
@@ -73,7 +84,7 @@ class record_ops:
         self.callback = callback
 
     def __enter__(self):
-        if getattr(_state, "tracer", None) is not None:
+        if _state.tracer is not None:
             raise RuntimeError("record_ops: already recording in this thread (a trace inside a trace)")
         _state.tracer = self.callback
 
@@ -85,7 +96,7 @@ class record_ops:
 def value_read(tensor, how):
     """`tensor`'s value is going to Python by `how` ("item", "numpy", "bool", ...): tell this
     thread's recorder, if one is recording and listens (record_ops)."""
-    tracer = getattr(_state, "tracer", None)
+    tracer = _state.tracer
     if tracer is not None and hasattr(tracer, "value_read"):
         tracer.value_read(tensor, how)
 
@@ -119,7 +130,7 @@ class Function:
     """
 
     def save_for_backward(self, *arrays):
-        hooks = getattr(_state, "saved_hooks", None)
+        hooks = _state.saved_hooks
         self.saved = PackedSaved(arrays, hooks[-1]) if hooks else arrays
 
     @classmethod
@@ -127,14 +138,13 @@ class Function:
         from minitensor.tensor import Tensor
 
         node = cls()
-        out = node.forward(*(t.data for t in inputs), **params)
+        out = node.forward(*[t.data for t in inputs], **params)
         # an integer or bool output (a comparison, an argmax) has no gradient, as in PyTorch
-        needs_grad = is_grad_enabled() and any(t.requires_grad for t in inputs) and (
+        needs_grad = _state.grad_enabled and any(t.requires_grad for t in inputs) and (
             out.dtype.kind == "f" or dtypes.is_floating(out.dtype))
         result = Tensor(out, requires_grad=needs_grad)
-        tracer = getattr(_state, "tracer", None)
-        if tracer is not None:  # minitensor.graph.trace is recording this thread's ops
-            tracer(cls, inputs, params, node, result)
+        if _state.tracer is not None:  # minitensor.graph.trace is recording this thread's ops
+            _state.tracer(cls, inputs, params, node, result)
         if needs_grad:
             node.inputs = graph_inputs(inputs)
             result._place = Place(result, node)  # a fresh tensor: its place, made by this node

@@ -58,12 +58,14 @@ def is_sixteen_bit(dtype):
     return dtype.name == "bfloat16"
 
 
+@functools.cache  # asked for every op's output: answered once per dtype
 def is_floating(dtype):
     """numpy's floating dtypes and bfloat16 (which numpy files under 'void')."""
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or is_sixteen_bit(dtype)
 
 
+@functools.cache  # asked for every matmul and sum: answered once per dtype
 def accumulate_dtype(dtype):
     """The dtype sums of `dtype` values are taken in: float32 for a 16-bit dtype, else itself."""
     dtype = np.dtype(dtype)

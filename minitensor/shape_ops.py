@@ -17,11 +17,11 @@ class Reshape(Function):
 
 class Permute(Function):
     def forward(self, a, axes):
-        self.inverse = np.argsort(axes)
-        return np.transpose(a, axes)
+        self.inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))  # where each axis went
+        return a.transpose(axes)
 
     def backward(self, grad):
-        return np.transpose(grad, self.inverse)
+        return grad.transpose(self.inverse)
 
 
 def _is_basic_index(index):
