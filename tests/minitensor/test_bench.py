@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minitensor as mt
-from minitensor import bench, bench_numpy, bench_timing
+from minitensor import bench, bench_numpy, bench_timing, graph
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 from minitensor.ops import MatMul
@@ -61,6 +61,19 @@ def test_bench_prints_one_row_per_config_without_torch(capsys, ticking_clock):
     assert (torch_ms, ratio, torch_mfu, torch_mib) == ("-", "-", "-", "-")
     # the numpy limit's step reads the clock twice, one tick: 69 times faster than the engine's, in every pair
     assert (numpy_ms, numpy_ratio, numpy_spread) == ("1.0", "69.00x", "69.00-69.00")
+
+
+def test_the_tiny_config_is_the_small_gpts_ops_and_runs_only_when_asked(capsys, ticking_clock):
+    """`--configs tiny` times the small GPT's ops with almost no arithmetic (its fixed cost per
+    step): the same 17 timed products, the same 52 graph nodes; the default runs small and medium."""
+    assert bench_timing.DEFAULT_CONFIGS == ("small", "medium")
+    (small, _), (tiny, _) = bench_timing.CONFIGS["small"], bench_timing.CONFIGS["tiny"]
+    assert (tiny.n_layer, tiny.n_head) == (small.n_layer, small.n_head)
+    sizes = [len(graph.trace(GPT(c).forward, *bench_timing.random_batch(c, 1)).graph.nodes) for c in (small, tiny)]
+    assert sizes[0] == sizes[1]
+    bench.main(["--steps", "2", "--warmup", "0", "--no-torch", "--configs", "tiny"])
+    row = capsys.readouterr().out.strip().splitlines()[3].split()
+    assert row[0] == "tiny" and row[1] == "69.0"  # 34 timed products, as the small GPT's: 2·34 + 1 ticks
 
 
 def test_the_numpy_limit_is_the_same_step_loss_gradients_and_adamw():
