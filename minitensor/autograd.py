@@ -140,7 +140,7 @@ class Function:
         node = cls()
         out = node.forward(*[t.data for t in inputs], **params)
         # an integer or bool output (a comparison, an argmax) has no gradient, as in PyTorch
-        needs_grad = _state.grad_enabled and any(t.requires_grad for t in inputs) and (
+        needs_grad = is_grad_enabled() and any(t.requires_grad for t in inputs) and (
             out.dtype.kind == "f" or dtypes.is_floating(out.dtype))
         result = Tensor(out, requires_grad=needs_grad)
         if _state.tracer is not None:  # minitensor.graph.trace is recording this thread's ops

@@ -33,16 +33,14 @@ Figs. 12-15) are in published_sweeps.py, with their provenance; the same command
 
     python -m parallel.plan --validate-published
 """
-from minitensor.models.gpt import GPTConfig
-
 from .cluster import step
 from .cluster_search import best_steps
 from .profiles import load_profile
-from .published_sweeps import validate_sweeps, validate_table_2
+from .published_sweeps import SEQ, VOCAB, config_of, validate_sweeps, validate_table_2
 
 CITATION = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
             "Using Megatron-LM (SC '21, arXiv:2104.04473), Table 1")
-SEQ, VOCAB, DEVICE = 2048, 51200, "a100-80gb"
+DEVICE = "a100-80gb"
 TABLE_1 = [  # (params B, heads, hidden, layers, t, p, GPUs, batch, b, v, DDP, TFLOP/s per GPU)
     (1.7, 24, 2304, 24, 1, 1, 32, 512, 16, 1, "torch", 137),
     (3.6, 32, 3072, 30, 2, 1, 64, 512, 16, 1, "torch", 138),
@@ -70,7 +68,7 @@ MODES_5 = [("full", False), ("selective", True)]  # (recompute, sequence paralle
 
 def row_config(row):
     _, heads, hidden, layers, *_ = row
-    return GPTConfig(vocab_size=VOCAB, block_size=SEQ, n_layer=layers, n_head=heads, d_model=hidden)
+    return config_of(heads, hidden, layers)
 
 
 def rank_of_tp_pp(steps, tp, pp):

@@ -79,6 +79,7 @@ SWEEPS = (
 
 
 def config_of(heads, hidden, layers):
+    """The GPT of a published run (every table and figure of both papers: sequence 2048, vocabulary 51,200)."""
     return GPTConfig(vocab_size=VOCAB, block_size=SEQ, n_layer=layers, n_head=heads, d_model=hidden)
 
 
