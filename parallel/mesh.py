@@ -34,7 +34,10 @@ splits each dp group into dp/ep blocks of ep consecutive dp ranks. The ep group 
 block (its ranks exchange tokens by all-to-all; each holds E/ep experts); the expert
 data-parallel group (edp) joins the ranks at the same place of every block, which hold
 the same experts. For dp = 4, ep = 2 (tp = pp = 1): ep groups {0,1}, {2,3}; edp groups
-{0,2}, {1,3}. With ep = 1 there is no ep group and edp is the dp group.
+{0,2}, {1,3}. Under cp > 1 each cp rank has its own ep groups (its tokens are its own)
+and edp spans the cp ranks too: every rank of dp × cp holds a replica of some experts,
+so an expert's replicas are the edp ranks of every cp rank. With ep = 1 there is no ep
+group and edp is the dp × cp group, where every parameter's replicas are.
 """
 from collections import namedtuple
 
@@ -83,13 +86,14 @@ class Mesh:
 
     def split_experts(self, ep):
         """ep_group and edp_group (see the module docstring); ep_rank: this rank's place in its ep group."""
-        if self.dp % ep or (ep > 1 and self.cp > 1):
-            raise ValueError(f"Mesh: ep={ep} must divide dp={self.dp}" + (" (and ep needs cp=1)" if self.cp > 1 else ""))
-        self.ep, self.ep_rank, self.ep_group, self.edp_group = ep, self.dp_rank % ep, None, self.dp_group
+        if self.dp % ep:
+            raise ValueError(f"Mesh: ep={ep} must divide dp={self.dp}")
+        self.ep, self.ep_rank, self.ep_group, self.edp_group = ep, self.dp_rank % ep, None, self.dp_cp_group
         if ep > 1:
-            cell = self.pp_rank * self.tp + self.tp_rank
-            self.ep_group = self.world.split(color=cell * (self.dp // ep) + self.dp_rank // ep, key=self.ep_rank)
-            self.edp_group = self.world.split(color=cell * ep + self.ep_rank, key=self.dp_rank // ep)
+            cell, blocks = self.pp_rank * self.tp + self.tp_rank, self.dp // ep
+            block = self.dp_rank // ep
+            self.ep_group = self.world.split(color=(cell * self.cp + self.cp_rank) * blocks + block, key=self.ep_rank)
+            self.edp_group = self.world.split(color=cell * ep + self.ep_rank, key=block * self.cp + self.cp_rank)
 
     @property
     def coords(self):

@@ -25,7 +25,14 @@ from ..tensor_parallel.sharding import dense_shape
 from .files import CheckpointError, resolve, shard_name
 from .manifest import check_config, check_layout, read_manifest, verify_files
 from .reshard import dense, has_moments, key, local_piece
-from .state import MOMENTS, RANK_STATES, load_moments, named_parameters, set_rank_states, set_rng_state_json
+from .state import (
+    MOMENTS,
+    load_moments,
+    named_parameters,
+    rank_state_holders,
+    set_rank_states,
+    set_rng_state_json,
+)
 
 
 def open_manifest(path):
@@ -95,7 +102,7 @@ def check_replicas(manifest, model, resharded, step_dir):
     if outer is None:
         return False
     saved = ", ".join(f"{axis}={size}" for axis, size in manifest["mesh"].items())
-    if getattr(model, "outer", None) is None or resharded:
+    if model.outer is None or resharded:
         raise CheckpointError(f"the checkpoint {step_dir} is of local SGD (local_steps={outer['local_steps']}): "
                               f"each dp replica saved its own parameters and AdamW moments, so it resumes only "
                               f"with local SGD in the layout it was saved in ({saved}, {manifest['world_size']} "
@@ -140,7 +147,7 @@ def load_checkpoint(path, model):
                                            for kind in MOMENTS))
                        for name, e in entries.items() if has_moments(e)}
         rng = None if resharded else str(read(own, "rng"))
-        states = {} if resharded else {k: read(own, k) for prefix in RANK_STATES for k in read.keys(own, prefix)}
+        states = {} if resharded else {k: read(own, k) for prefix in rank_state_holders(model) for k in read.keys(own, prefix)}
     finally:
         read.close()
     with model.full_parameters(writeback=True):  # ZeRO-2/3: this rank keeps its chunk of them
@@ -154,7 +161,7 @@ def load_checkpoint(path, model):
         model.amp.scaler.load_state_dict(saved_scaler)
     if rng is not None:
         set_rng_state_json(model, rng)
-    if getattr(model, "outer", None) is not None and not replicas_differ:
+    if model.outer is not None and not replicas_differ:
         model.outer.restart()  # a plain checkpoint: the first outer period starts from its parameters
     set_rank_states(model, states)
     return {"step": manifest["step"], "extra": manifest["extra"], "path": step_dir, "resharded": resharded,

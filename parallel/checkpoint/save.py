@@ -90,7 +90,7 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after
     fail_together(records, tmp, world)
     outcome = None
     if world.rank == 0:
-        outer = getattr(model, "outer", None)  # local SGD's: every replica saved its own state
+        outer = model.outer  # local SGD's: every replica saved its own state
         optim = {"type": optimizer_type(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None,
                  "scaler": model.amp.scaler.state_dict() if model.amp is not None else None,

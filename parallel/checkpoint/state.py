@@ -12,7 +12,7 @@ The checkpoint never asks which kind of parallel model it holds (parallel.hybrid
                    the dp group's concatenated parameters: both are mapped to names here
                    (a ZeRO chunk gives each name a flat element range [lo, hi))
     rank states    what one rank holds for itself, restored in the same layout only
-                   (RANK_STATES): the dp gradient compressor's state (parallel.data_parallel.comm_hooks,
+                   (rank_state_holders): the dp gradient compressor's state (parallel.data_parallel.comm_hooks,
                    per bucket) and local SGD's outer optimizer (parallel.data_parallel.local_sgd: the
                    anchor, the Nesterov buffer, the inner steps since the last outer step)
     generators     every numpy Generator the model's modules draw dropout masks from,
@@ -30,10 +30,13 @@ from minitensor.random import default_generator
 from ..data_parallel.zero import ZeroOptimizer
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
-# Per-rank states: the prefix of their arrays in a shard file -> the model's attribute that
-# holds them (state_dict / load_state_dict), None when the run does not use it.
-RANK_STATES = {"comm_hook/": "comm_hook",  # the dp communication hook: error feedback, PowerSGD's Q
-               "outer/": "outer"}  # local SGD / DiLoCo's outer optimizer
+
+
+def rank_state_holders(model):
+    """Per-rank states: the prefix of their arrays in a shard file -> what holds them (state_dict /
+    load_state_dict), None when the run does not use it (ParallelModel declares both)."""
+    return {"comm_hook/": model.comm_hook,  # the dp communication hook: error feedback, PowerSGD's Q
+            "outer/": model.outer}  # local SGD / DiLoCo's outer optimizer
 
 
 def named_parameters(model):
@@ -135,10 +138,9 @@ def set_rng_state_json(model, text):
 
 
 def rank_states(model):
-    """{prefix + key: array}: the state_dicts of the model's per-rank states (RANK_STATES)."""
+    """{prefix + key: array}: the state_dicts of the model's per-rank states (rank_state_holders)."""
     arrays = {}
-    for prefix, attribute in RANK_STATES.items():
-        holder = getattr(model, attribute, None)
+    for prefix, holder in rank_state_holders(model).items():
         if holder is not None:
             arrays.update({prefix + k: v for k, v in holder.state_dict().items()})
     return arrays
@@ -146,8 +148,7 @@ def rank_states(model):
 
 def set_rank_states(model, arrays):
     """Load rank_states' {prefix + key: array} into the model's holders that are in use."""
-    for prefix, attribute in RANK_STATES.items():
-        holder = getattr(model, attribute, None)
+    for prefix, holder in rank_state_holders(model).items():
         state = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
         if holder is not None and state:
             holder.load_state_dict(state)

@@ -83,28 +83,28 @@ class FlatUnit:
         return f"FlatUnit({self.name}, {len(self.params)} params, {self.bucket.numel} elements)"
 
 
-def shard_masters(buckets, masters, group):
-    """ZeRO-2/3 under a mixed precision policy: cut each bucket's chunk of the float32
-    `masters` (by id of the bucket's compute parameters) into `bucket.param_shard`; the
+def shard_masters(buckets, masters):
+    """ZeRO-2/3 under a mixed precision policy: cut each bucket's chunk (over its group) of the
+    float32 `masters` (by id of the bucket's compute parameters) into `bucket.param_shard`; the
     whole masters can then go. Each rank keeps 1/n of the masters, as of the moments."""
     for bucket in buckets:
-        bucket.param_shard = values_chunk(bucket, group.rank, [masters[id(p)].data for p in bucket.params])
+        bucket.param_shard = values_chunk(bucket, bucket.group.rank, [masters[id(p)].data for p in bucket.params])
 
 
 @contextlib.contextmanager
-def masters_gathered(buckets, group, writeback=False):
+def masters_gathered(buckets, writeback=False):
     """ZeRO-2 under a mixed policy: inside the block every parameter's .data is its whole
     float32 master, all-gathered from the shards; with writeback, the values the block
     leaves become the shards, and their rounding the 16-bit parameters."""
     compute = [[p.data for p in bucket.params] for bucket in buckets]
     for bucket in buckets:
-        attach(bucket, group.all_gather(bucket.param_shard))
+        attach(bucket, bucket.group.all_gather(bucket.param_shard))
     try:
         yield
     finally:
         for bucket, arrays in zip(buckets, compute):
             if writeback:
-                keep_chunk(bucket, group.rank)
+                keep_chunk(bucket, bucket.group.rank)
             for p, array in zip(bucket.params, arrays):
                 if writeback:
                     array[...] = p.data
@@ -117,10 +117,11 @@ def held_bytes(arrays):
     return sum(o.nbytes for o in owners.values() if o is not _FREED.get(o.dtype))
 
 
-def gather_grad_shards(buckets, group):
-    """{id(parameter): its full averaged gradient} from every rank's grad shards (collective)."""
+def gather_grad_shards(buckets):
+    """{id(parameter): its full averaged gradient} from every rank's grad shards (collective
+    over each bucket's group)."""
     grads = {}
     for bucket in buckets:
-        flat = group.all_gather(bucket.grad_shard)
+        flat = bucket.group.all_gather(bucket.grad_shard)
         grads.update({id(p): flat[where].reshape(p.shape) for p, where in zip(bucket.params, bucket.slices)})
     return grads

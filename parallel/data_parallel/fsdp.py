@@ -55,7 +55,7 @@ class FullyShardedDataParallel(DataParallel):
         self.sharding = None
         if stage == 3:
             names = [name for name, _ in self.units]
-            self.sharding = Sharding(names[::-1], self.reducer.buckets, group, prefetch, names[-1:] + names[:-1]
+            self.sharding = Sharding(names[::-1], self.reducer.buckets, prefetch, names[-1:] + names[:-1]
                                      if names[-1] == "root" else names)
             by_name = {unit.name: unit for unit in self.sharding.units}
             modules = dict(module.named_modules())
@@ -94,5 +94,5 @@ class FullyShardedDataParallel(DataParallel):
 
     def full_grads(self):
         """Every trainable parameter's averaged gradient, by name (collective; after the sync)."""
-        grads = gather_grad_shards(self.reducer.buckets, self.group)
+        grads = gather_grad_shards(self.reducer.buckets)
         return {name: grads[id(p)] for name, p in self.module.named_parameters() if id(p) in grads}

@@ -55,16 +55,20 @@ from .reducer import keep_chunk
 class Sharding:
     """The units of one module tree and the order their all-gathers run in (module docstring).
 
-    `names`: the units' names, `buckets`: the ShardedReducer's buckets holding their
-    parameters (in the same order), `group`: the dp group (gathers run on a copy of it),
-    `prefetch`: how many gathers are issued ahead in forward and in backward; `first_order`:
-    the unit names in the order the first forward is expected to use them (default `names`)."""
+    `names`: the units' names, `buckets`: the ShardedReducer buckets holding their parameters
+    (in the same order; each is gathered over a copy of its `group`: the dp group, or another
+    group of replicas such as a mixture of experts' edp), `prefetch`: how many gathers are
+    issued ahead in forward and in backward; `first_order`: the unit names in the order the
+    first forward is expected to use them (default `names`)."""
 
-    def __init__(self, names, buckets, group, prefetch=1, first_order=None):
+    def __init__(self, names, buckets, prefetch=1, first_order=None):
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch={prefetch!r} must be a non-negative int")
-        self.group = group.split(0)  # the gathers' own communicator
-        self.units = [FlatUnit(name, bucket, self.group) for name, bucket in zip(names, buckets)]
+        copies = {}  # the gathers' own communicator per group of replicas, in the order the buckets name them
+        for bucket in buckets:
+            copies.setdefault(id(bucket.group), bucket.group.split(0))
+        self.groups = list(copies.values())
+        self.units = [FlatUnit(name, bucket, copies[id(bucket.group)]) for name, bucket in zip(names, buckets)]
         self.prefetch = prefetch
         by_name = {unit.name: unit for unit in self.units}
         # the last pass's order of uses, which the forward prefetch follows, and of its backward gathers

@@ -205,7 +205,8 @@ class ShardedReducer(Reducer):
     gradients are reduced and kept in (default the parameters'; float32 for a 16-bit model:
     the kept chunk is then the float32 masters' gradient).
 
-    A bucket also carries the parameter chunks ZeRO keeps (flat_units.py): `param_shard`,
+    Each bucket carries its `group` and `divisor` (ZeroOptimizer and the gathers of
+    flat_units.py cut it over that group), and the parameter chunks ZeRO keeps: `param_shard`,
     the chunk the optimizer steps (the float32 masters under a mixed policy; stage 2 with
     one dtype keeps none: the full parameters are the truth), and under stage 3
     `compute_shard`, the chunk the forward gathers (the same array, or its 16-bit copy)."""
@@ -216,7 +217,7 @@ class ShardedReducer(Reducer):
         self.buckets = [Bucket(ps, length=padded_length(sum(p.size for p in ps), group.size), dtype=dtype)
                         for ps in lists]
         for bucket in self.buckets:
-            bucket.shard_size = bucket.length // group.size
+            bucket.group, bucket.divisor, bucket.shard_size = group, self.divisor, bucket.length // group.size
             bucket.grad_shard = np.zeros(bucket.shard_size, bucket.buffer.dtype)
             bucket.param_shard = bucket.compute_shard = None
             bucket.buffer = None  # a flat buffer exists only while its reduce-scatter is in flight

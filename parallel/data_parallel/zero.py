@@ -26,7 +26,7 @@ gradients itself in `step()`. Use it on the plain model, NOT wrapped in DataPara
 Gradient accumulation needs no `no_sync()`: backward never communicates, so run several
 backward passes and step once. Stage 1 may shard some parameters over another group
 (`sections`): a mixture of experts' experts are replicated over the edp group, not dp, so
-their flat vector is cut over edp and their summed gradient divided by dp (hybrid/experts.py). As in DataParallel, frozen parameters are not in the
+their flat vector is cut over edp and their summed gradient divided by dp × cp (hybrid/sections.py). As in DataParallel, frozen parameters are not in the
 flat vector (never communicated, never changed), and a trainable parameter without a
 gradient contributes zeros, so every rank stays in lockstep.
 """
@@ -53,7 +53,8 @@ class ZeroOptimizer(Optimizer):
     """AdamW with sharded moments over `group` (same arguments as minitensor's AdamW).
 
     stage 1 (default): `params` as they are; step() reduce-scatters their gradients itself.
-    stage 2 / 3: `buckets` are the `ShardedReducer`'s (fully_sharded.py), whose grad_shard
+    stage 2 / 3: `buckets` are the `ShardedReducer`s' (fully_sharded.py), each cut over its own
+    group (one reducer's `group`: the experts' buckets over edp, as stage 1's `sections`), whose grad_shard
     already holds this rank's chunk of the averaged gradient; stage 3's buckets (and stage
     2's under a mixed precision policy) also hold the authoritative `param_shard`, which the
     step updates in place. Each bucket is n equal chunks; this rank's moments are its chunk
@@ -76,9 +77,6 @@ class ZeroOptimizer(Optimizer):
             for section_params, section_group, _ in sections:
                 broadcast_parameters(section_params, section_group)
             buckets = [flat_bucket(*section) for section in sections]
-        else:
-            for bucket in buckets:
-                bucket.group, bucket.divisor = group, group.size
         self.flat_params = [p for bucket in buckets for p in bucket.params]
         if sorted(map(id, self.flat_params)) != sorted(map(id, trainable)):
             raise ValueError("ZeroOptimizer: the sections must hold every trainable parameter once")
@@ -129,7 +127,7 @@ class ZeroOptimizer(Optimizer):
                 bucket.buffer = None  # the flat copy goes with the step (the chunks were locals)
                 continue
             param_shard = bucket.param_shard if bucket.param_shard is not None else values_chunk(bucket,
-                                                                                                 self.group.rank)
+                                                                                                 bucket.group.rank)
             adamw_update(param_shard, bucket.grad_shard, self.exp_avg[state], self.exp_avg_sq[state],
                          self.step_count, d["lr"], *d["betas"], d["eps"], d["weight_decay"])
             self.publish(bucket, param_shard)
@@ -141,7 +139,7 @@ class ZeroOptimizer(Optimizer):
         16-bit chunk its forward will gather."""
         compute_dtype = bucket.params[0].dtype
         if self.stage == 2:
-            bucket.unpack_values(self.group.all_gather(param_shard.astype(compute_dtype, copy=False)))
+            bucket.unpack_values(bucket.group.all_gather(param_shard.astype(compute_dtype, copy=False)))
         else:
             refresh_compute_shard(bucket)
 

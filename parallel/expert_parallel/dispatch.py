@@ -14,7 +14,7 @@ rank r holds experts [r·E/n, (r+1)·E/n) and keeps its own tokens. In one MoE l
 Backward mirrors it: AllToAll's backward is the all-to-all with the splits swapped, and a
 gather's backward is the scatter of its rows (minitensor.nn.moe_ops). An expert's gradient
 on rank r sums what every rank of the ep group sent it; its replicas (the edp group, the
-ranks of the other ep groups at r's place) hold the rest of the batch's (hybrid/experts.py).
+ranks of the other ep groups at r's place) hold the rest of the batch's (hybrid/sections.py).
 """
 import numpy as np
 

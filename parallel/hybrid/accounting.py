@@ -9,18 +9,20 @@ from ..pipeline.timeline import Event
 
 
 class LayoutAccounting:
-    """Mixed into HybridGPT; reads its mesh, stages, pipeline, amp, zero, optimizer,
-    dp_reducer, shardings, tied and parameters()."""
+    """Mixed into HybridGPT; reads its mesh, stages, pipeline, amp, optimizer, replicas,
+    tied and parameters()."""
 
     def events(self):
-        """The pipeline's actions of the last step and the dp buckets' communication spans
-        ("dp_bucket", numbered by bucket), on the pipeline's clock."""
-        buckets = []
-        if self.dp_reducer is not None and self.pipeline.events:
-            t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
-            buckets = [Event(rank, "dp_bucket", index, 0, start - t0, end - t0)
-                       for index, start, end in self.dp_reducer.spans if end is not None]
-        return self.pipeline.events + buckets
+        """The pipeline's actions of the last step and the gradient buckets' communication spans
+        ("dp_bucket", numbered by bucket; a mixture of experts' "edp_bucket" too), on the
+        pipeline's clock."""
+        if not self.pipeline.events:
+            return []
+        t0, rank = self.pipeline.t0, self.pipeline.events[0].rank
+        return self.pipeline.events + [
+            Event(rank, f"{section.name}_bucket", index, 0, start - t0, end - t0)
+            for section, reducer in zip(self.replicas.sections, self.replicas.reducers)
+            for index, start, end in reducer.spans if end is not None]
 
     # --- what the layout costs -------------------------------------------------------
 
@@ -33,21 +35,18 @@ class LayoutAccounting:
         and its optimizer hold: the flat buffers of the gradient collectives are dropped after
         each (tests/parallel/hybrid/test_memory_held.py walks them all), and AdamW's flat
         gradient array counts also after zero_grad() dropped the .grad views into it."""
-        params, buckets = self.parameters(), self.dp_reducer.buckets if self.zero > 1 else []
-        masters = self.amp.masters if self.amp.mixed and not buckets else []
-        master_shards = [b.param_shard for b in buckets if b.param_shard is not None and b.param_shard is not
-                         b.compute_shard]
+        params, held = self.parameters(), self.replicas.held_arrays()
+        masters = self.amp.masters if self.amp.keeps_whole_masters else []
         # the flat gradient array AdamW lays out (minitensor.flat_params) stays when zero_grad drops .grad
         grads = [g for p in params + masters for g in (p.grad, p._grad_slot) if g is not None]
-        grads += [b.grad_shard for b in buckets]
-        return {"params": held_bytes([p.data for p in params] + [b.compute_shard for b in buckets if self.zero == 3]),
-                "grads": held_bytes(grads),
+        return {"params": held_bytes([p.data for p in params] + held["params"]),
+                "grads": held_bytes(grads + held["grads"]),
                 "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
-                + held_bytes([m.data for m in masters] + master_shards),
-                "gathered": max([s.peak_gathered_bytes for s in self.shardings], default=0)}
+                + held_bytes([m.data for m in masters] + held["optim"]),
+                "gathered": max([s.peak_gathered_bytes for s in self.replicas.shardings], default=0)}
 
     def reset_memory_peak(self):
-        for sharding in self.shardings:
+        for sharding in self.replicas.shardings:
             sharding.reset_peak()
 
     def groups(self):
@@ -58,7 +57,8 @@ class LayoutAccounting:
         mesh = self.mesh
         cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
         tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
-        params = {f"dp-params.{i}": sharding.group for i, sharding in enumerate(self.shardings)}
+        params = {f"{unit.bucket.section}-params.{i}": unit.group
+                  for i, sharding in enumerate(self.replicas.shardings) for unit in sharding.units}
         experts = {"ep": mesh.ep_group, "edp": mesh.edp_group} if mesh.ep > 1 else {}
         return {"dp": mesh.dp_group, "tp": mesh.tp_group, "pp": mesh.pp_group, **cp, **tied, **params, **experts}
 

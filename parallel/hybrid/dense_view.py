@@ -6,13 +6,20 @@ gathered first. The checks compare these with one device name by name; checkpoin
 and load through them.
 """
 from ..comm.gather import gather_named_arrays
-from ..data_parallel.flat_units import gather_grad_shards
-from .experts import join_experts, mean_over_replicas
+from .sections import is_expert
+
+
+def join_experts(local, mesh):
+    """{name: array} of this rank with every ep rank's experts joined in (the rest: ep rank 0's)."""
+    if mesh.ep == 1:
+        return local
+    return gather_named_arrays(mesh.ep_group, {name: a for name, a in local.items()
+                                               if is_expert(name) or mesh.ep_rank == 0})
 
 
 class DenseView:
-    """Mixed into HybridGPT; reads its stages, dense_names, mesh, amp, zero, dp_reducer,
-    parameters(), full_parameters() and finish_grad_sync()."""
+    """Mixed into HybridGPT; reads its stages, dense_names, mesh, amp, replicas,
+    full_parameters() and finish_grad_sync()."""
 
     def _merge(self, local):
         """Each stage's tp-gathered arrays merged over ep (each rank's experts) and pp, in
@@ -33,25 +40,15 @@ class DenseView:
 
     def full_grads(self):
         """Single-device-named gradients of the synced step (finishes the sync first), unscaled,
-        in the master dtype; under ZeRO-1 the dp × cp mean is taken here, since the raw gradients
-        are still local; under ZeRO-2/3 every rank's chunk is gathered."""
+        in the master dtype, reduced over the replicas: ZeRO-1's raw local gradients here (as
+        its optimizer takes them), ZeRO-2/3's chunks gathered whole for the call."""
         self.finish_grad_sync()
-        params = self.parameters()
-        if self.zero > 1:  # the averaged gradients, whole, only for this call
-            grads = gather_grad_shards(self.dp_reducer.buckets, self.mesh.dp_cp_group)
-            for p in params:
-                p.grad = grads.get(id(p))
         local = {}
-        with self.full_parameters(), self.amp.params_hold_masters():
+        with self.replicas.whole_grads(), self.full_parameters(), self.amp.params_hold_masters():
             for stage in self.stages:
                 local.update(stage.full_grads())
-        if self.zero > 1:
-            for p in params:
-                p.grad = None
-        local = {name: g / self.amp.scaler.scale for name, g in local.items()} if self.amp.scaler.enabled else local
-        if self.zero == 1:  # the dp × cp mean (experts: the edp sum / dp), as the optimizer takes it
-            local = {name: mean_over_replicas(name, g, self.mesh) for name, g in local.items()}
-        return self._merge(local)
+        scale = self.amp.scaler.scale if self.amp.scaler.enabled else 1
+        return self._merge({name: self.replicas.reduce_local(name, g) / scale for name, g in local.items()})
 
     def load_full_state_dict(self, state):
         """Load single-device-named parameters: each rank keeps its stages' shards."""

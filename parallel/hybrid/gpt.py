@@ -9,11 +9,12 @@ and the fourth axis, context parallelism over cp.
                               (heads, MLP columns, vocabulary; SP: the sequence between them)
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
                        tied: sum BERT's embedding copies over the first and last stage
-                       DP: average over dp × cp (DataParallel's buckets; under ZeRO-1 the
-                           optimizer's reduce-scatter does it, under ZeRO-2/3 the reducer
-                           reduce-scatters and keeps this rank's chunk): every cp rank's
-                           gradient is that of the mean loss over its own tokens
-        ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over dp
+                       replicas: average over dp × cp (a mixture of experts' experts over
+                           edp), as the replica synchronisation picked by the ZeRO stage does
+                           it (replicas.py): all-reduced buckets; ZeRO-1's optimizer
+                           reduce-scatter; ZeRO-2/3's reduce-scatters that keep this rank's
+                           chunk. Every cp rank's gradient is that of the mean loss over its tokens
+        ──optimizer──▶ AdamW on this rank's shards, or ZeroOptimizer over the replicas
 
 ZeRO-3 (`zero=3`) also shards each pipeline stage's parameters over dp, per unit (the
 token and position embeddings, each block, ln_f, the lm_head; fully_sharded.py): a
@@ -21,7 +22,7 @@ unit is all-gathered for each micro-batch's forward and backward and freed after
 BERT's MLM head, which reads the tied token embedding's weight, gathers that unit too:
 the model's `tied_reads`). Under ZeRO-2/3 a unit's reduce-scatter starts (non-blocking)
 inside backward, as soon as its gradients are final, and all are finished at the end of
-each global batch (zero_units.py, `UnitShards`).
+each global batch (zero_units.py, `ShardedGradients` and `ShardedParameters`).
 
 Precision (`precision="fp16"` or `"bf16"`, minitensor.amp): the stages compute in 16 bits;
 the optimizer, the dp reduction (on the masters' gradients: float32) and checkpoints
@@ -37,25 +38,20 @@ ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments).
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
 pipeline stages, `TensorParallelStage` converts each over the tp group, `Pipeline` runs
-them over the pp group, and the gradient `Reducer` (or `ZeroOptimizer`) spans the dp group
-(dp × cp: `mesh.dp_cp_group`; `ContextParallel` gives each stage its tokens and ring attention).
+them over the pp group, `ContextParallel` gives each stage its tokens and ring attention,
+and one replica synchronisation (`REPLICA_SYNCS`, chosen once by the ZeRO stage) makes
+the replicas over dp × cp one model again. The model never asks which one it holds.
 
 Gradient accumulation: `train_step` ADDS the gradient of one global batch to `.grad`;
 `optimizer_step()` first finishes the sync (dividing by the number of accumulated
 batches, so the step sees the gradient of their mean loss), then steps and zeroes.
 """
-import contextlib
-
 import numpy as np
 
 from minitensor.amp import MixedPrecision, policy_of_dtype, precision_policy
 from minitensor.nn.moe import MoE
-from minitensor.optim import AdamW
 
 from ..context_parallel import ContextParallel
-from ..data_parallel.flat_units import masters_gathered
-from ..data_parallel.local_sgd import DiLoCo
-from ..data_parallel.zero import ZeroOptimizer
 from ..expert_parallel import shard_experts
 from ..pipeline.executor import Pipeline
 from ..pipeline.partition import stages_for_rank
@@ -63,9 +59,12 @@ from ..pipeline.tied import TiedGradients
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
 from .dense_view import DenseView
-from .experts import gradient_reducers, replica_sections, start_as_one_model
 from .parallel_model import ParallelModel
-from .zero_units import UnitShards
+from .replicas import AllReduceReplicas, ModelParts, ShardedMoments
+from .zero_units import ShardedGradients, ShardedParameters
+
+# How the replicas synchronise, by ZeRO stage: chosen once, when the model is built (replicas.py).
+REPLICA_SYNCS = {0: AllReduceReplicas, 1: ShardedMoments, 2: ShardedGradients, 3: ShardedParameters}
 
 
 class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
@@ -77,7 +76,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations:
     switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
-    moments, 2: + gradients, 3: + parameters); prefetch: ZeRO-3 all-gathers issued ahead;
+    moments, 2: + gradients, 3: + parameters), which picks the replica synchronisation
+    (REPLICA_SYNCS); prefetch: ZeRO-3 all-gathers issued ahead;
     seed: the TP dropout streams; cp_layout: "zigzag" or "contiguous", the tokens of each cp
     rank (with mesh.cp > 1); cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads
     per tp rank divisible by cp); precision: a minitensor.amp policy name ("fp32", "fp16",
@@ -91,16 +91,13 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         config = gpt.config
         if config.n_head % mesh.tp:
             raise ValueError(f"n_head={config.n_head} is not divisible by tp={mesh.tp}")
-        if int(zero) not in (0, 1, 2, 3):
+        if int(zero) not in REPLICA_SYNCS:
             raise ValueError(f"zero={zero!r} is not a ZeRO stage 0, 1, 2 or 3")
-        self.experts = getattr(config, "n_experts", 0)
-        if self.experts and int(zero) > 1:
-            raise ValueError(f"a mixture of experts under ZeRO-{int(zero)}: not composed yet (its gradients and "
-                             f"parameters would be sharded over edp, not dp); use zero=0 or 1")
+        self.experts = getattr(config, "n_experts", 0)  # a BertConfig has no experts
         if self.experts % mesh.ep:
             raise ValueError(f"n_experts={self.experts} is not divisible by ep={mesh.ep}")
         ties = bool(set(gpt.first_parts) & set(gpt.last_parts))
-        self.config, self.mesh, self.zero, self.dense_class = config, mesh, int(zero), type(gpt)
+        self.config, self.mesh, self.dense_class = config, mesh, type(gpt)
         self.microbatches, self.sequence_parallel = microbatches, sequence_parallel
         self.context = ContextParallel(mesh.cp_group, cp_layout, cp_comm_type) if mesh.cp > 1 else None
         self.dense_names = [name for name, _ in gpt.named_parameters()]
@@ -111,37 +108,31 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
         self.tied = TiedGradients(self.stages, mesh, ties)
-        # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
-        # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
-        # Under a mixed policy the optimizer and the dp reducer work on the float32 masters.
-        self.dp_reducer, self.expert_reducer, self.shardings = None, None, []
-        if self.zero != 1:
-            start_as_one_model(self.named_parameters(), mesh)  # the replicas start as one model
+        # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
                                   **(scaler or {}))
-        if self.zero == 0:  # the experts' gradients over their replicas only (experts.py)
-            self.dp_reducer, self.expert_reducer = gradient_reducers(self.named_master_parameters(), mesh)
-        elif self.zero > 1:
-            self.units = UnitShards(self.stages, mesh, self.amp, self.tied, microbatches, self.zero, prefetch)
-            self.dp_reducer, self.shardings = self.units.reducer, self.units.shardings
+        names = [name for name, _ in self.named_parameters()]
+        parts = ModelParts(self.stages, self.tied, self.amp, mesh, names, microbatches, prefetch)
+        self.replicas = REPLICA_SYNCS[int(zero)](parts)
         self.optimizer = None
-        self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
-        self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
 
-    @contextlib.contextmanager
+    @property
+    def comm_hook(self):
+        """The dp gradient compressor, with register_comm_hook (its state is checkpointed)."""
+        return self.replicas.comm_hook
+
+    @property
+    def outer(self):
+        """DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step."""
+        return self.replicas.outer
+
     def full_parameters(self, writeback=False):
-        """ZeRO-3, and ZeRO-2 under a mixed policy: every parameter gathered from the shards for
-        the block (the float32 masters under a mixed policy; written back to the shards after,
-        if writeback); otherwise nothing to do."""
-        with contextlib.ExitStack() as stack:
-            for sharding in self.shardings:
-                stack.enter_context(sharding.full_parameters(writeback))
-            if self.zero == 2 and self.amp.mixed:
-                stack.enter_context(masters_gathered(self.dp_reducer.buckets, self.mesh.dp_cp_group, writeback))
-            yield
+        """A context in which every parameter holds its whole values (ZeRO-3 gathers them; under a
+        mixed policy ZeRO-2/3 gather the float32 masters), written back to the shards with writeback."""
+        return self.replicas.full_parameters(writeback)
 
     def layout(self):
         cp = ({"cp": self.mesh.cp, "cp_layout": self.context.layout, "cp_comm_type": self.context.comm_type}
@@ -149,7 +140,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
                 "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
-                "zero": self.zero, "precision": self.amp.policy.name, **({"ep": self.mesh.ep} if self.experts else {})}
+                "zero": self.replicas.zero, "precision": self.amp.policy.name, **({"ep": self.mesh.ep} if self.experts else {})}
 
     # --- parameters --------------------------------------------------------------
 
@@ -174,40 +165,19 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         return [item for i, stage in enumerate(self.stages) for item in stage.named_modules(f"stages.{i}")]
 
     def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        """AdamW on this rank's (master) parameters, or ZeRO AdamW sharded over dp × cp; kept as
-        `self.optimizer`."""
-        if self.zero:
-            buckets = self.dp_reducer.buckets if self.zero > 1 else None
-            sections = replica_sections(self.named_master_parameters(), self.mesh) if self.zero == 1 else None
-            self.optimizer = ZeroOptimizer(self.amp.masters, self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
-                                           self.zero, buckets, sections)
-            self.amp.masters_to_params()  # it broadcast rank 0's masters: the compute copies follow
-        else:
-            self.optimizer = AdamW(self.amp.masters, lr, betas, eps, weight_decay)
+        """AdamW on this rank's (master) parameters, or ZeRO's AdamW sharded over the replicas, as
+        the replica synchronisation makes it; kept as `self.optimizer`."""
+        self.optimizer = self.replicas.optimizer(lr, betas, eps, weight_decay)
         return self.optimizer
 
     def register_comm_hook(self, hook):
         """Reduce the dp gradients through `hook` (parallel.data_parallel.comm_hooks), not a plain all-reduce."""
-        if self.zero:
-            raise ValueError(f"a communication hook compresses the dp all-reduce, which ZeRO-{self.zero} replaces "
-                             "by its reduce-scatter: use one or the other")
-        if self.experts:
-            raise ValueError("a communication hook with a mixture of experts: not composed yet")
-        self.dp_reducer.register_comm_hook(hook)
-        self.comm_hook = hook
+        self.replicas.register_comm_hook(hook)
 
     def configure_local_sgd(self, local_steps, outer_lr=None, outer_momentum=0.9):
         """Local SGD / DiLoCo over dp (parallel.data_parallel.local_sgd): no dp reduction per step; every
         `local_steps` optimizer steps the replicas average their pseudo-gradients."""
-        if self.zero:
-            raise ValueError(f"local SGD averages whole replicas over dp; ZeRO-{self.zero} shards them over dp: "
-                             "use one or the other")
-        if self.mesh.cp > 1:
-            raise ValueError(f"local SGD with cp={self.mesh.cp}: the cp ranks of a replica hold parts of one "
-                             "gradient, which must be summed every step")
-        if self.experts:
-            raise ValueError("local SGD with a mixture of experts: not composed yet")
-        self.outer = DiLoCo(self.dp_reducer, local_steps, outer_lr, outer_momentum)
+        self.replicas.configure_local_sgd(local_steps, outer_lr, outer_momentum)
 
     # --- training ------------------------------------------------------------------
 
@@ -244,32 +214,19 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         idx, targets = self.local_batch(idx, targets)
         self.pipeline.loss_scale = self.amp.scaler.scale
         loss = self.pipeline.train_step(idx, targets, zero_grad=False)
-        if self.zero > 1:
-            self.units.finish_batch()
+        self.replicas.after_batch()
         self.accumulated += 1
         group = self.mesh.dp_cp_group
         return float(group.all_reduce(np.array([loss]))[0]) / group.size
 
     def finish_grad_sync(self):
-        """TP partial grads summed over tp, the tied copies summed, the mean over accumulated
-        batches (into the float32 masters under a mixed policy), then the dp × cp mean (left to
-        the optimizer under ZeRO-1). Under ZeRO-2/3 the sums and reduce-scatters ran after each
-        batch (UnitShards.finish_batch): only the mean over the batches is left, taken on the
-        chunks. Idempotent; every rank must call it alike."""
+        """The gradients of the accumulated batches reduced as the replica synchronisation does it
+        (replicas.py): the tp partial sums, the tied copies, the mean over the batches, then over
+        the replicas (left to the optimizer under ZeRO-1; under ZeRO-2/3 the sums and
+        reduce-scatters ran after each batch). Idempotent; every rank must call it alike."""
         if self.synced or not self.accumulated:
             return
-        if self.zero > 1:  # each batch's reduce-scatter is done (UnitShards.finish_batch): the mean of the chunks
-            for bucket in self.dp_reducer.buckets:
-                bucket.grad_shard /= self.accumulated
-        else:
-            for stage in self.stages:
-                stage.finish_grad_sync()
-            self.tied.finish()
-            self.amp.grads_to_master(divisor=self.accumulated)
-            if self.dp_reducer is not None and self.outer is None:
-                self.dp_reducer.finish()
-            if self.expert_reducer is not None:
-                self.expert_reducer.finish()
+        self.replicas.finish(self.accumulated)
         self.synced = True
 
     def optimizer_step(self, after=None):
@@ -282,16 +239,12 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         stepped = self.amp.step(self.optimizer)  # skipped on every rank if any rank's gradients overflowed
         if stepped and after is not None:
             after("inner")
-        synced = stepped and self.outer is not None and self.outer.step()  # every local_steps-th step
-        if synced:  # the dp average of the pseudo-gradients moved the masters
-            self.amp.masters_to_params()
-            if after is not None:
-                after("outer")
+        if self.replicas.after_step(stepped) and after is not None:  # local SGD's outer step moved the masters
+            after("outer")
         self.zero_grad()
 
     def zero_grad(self):
         self.pipeline.zero_grad()
         self.amp.zero_grad()
-        if self.zero > 1:
-            self.dp_reducer.zero_grad_shards()
+        self.replicas.zero_grad()
         self.accumulated, self.synced = 0, False

@@ -10,6 +10,9 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
                                  shard is described by tensor_parallel.sharding.tp_axis / dense_shape
     named_modules()              this rank's modules by name (where the dropout generators live)
     amp                          its minitensor.amp.MixedPrecision: precision policy, masters, loss scaler
+    comm_hook, outer             per-rank states a checkpoint keeps (None when unused): the dp gradient
+                                 compressor (parallel.data_parallel.comm_hooks) and local SGD's outer
+                                 optimizer (parallel.data_parallel.local_sgd)
     named_master_parameters()    the parameters the optimizer steps, by name (float32 masters under
                                  a mixed precision policy; else the parameters); checkpoints hold these
     master_parameters_changed()  a loader wrote the masters: refresh the compute copies
@@ -31,7 +34,7 @@ from minitensor.models.gpt import GPT
 
 
 class ParallelModel(ABC):
-    config = mesh = optimizer = amp = None
+    config = mesh = optimizer = amp = comm_hook = outer = None
     dense_class = GPT
 
     @abstractmethod

@@ -27,9 +27,10 @@ import numpy as np
 from ..comm.gather import all_gather_ragged
 from .schedules import COMPUTE_KINDS, KINDS
 
-# Events of a step: the schedule's actions, and the dp gradient buckets' communication
-# (from the bucket's start until the reducer has its result; parallel.data_parallel.reducer's spans).
-EVENT_KINDS = KINDS + ("dp_bucket",)
+# Events of a step: the schedule's actions, and the gradient buckets' communication over the
+# replicas (from the bucket's start until the reducer has its result; parallel.data_parallel.reducer's
+# spans): dp × cp, and a mixture of experts' edp (parallel.hybrid.sections).
+EVENT_KINDS = KINDS + ("dp_bucket", "edp_bucket")
 
 
 @dataclass(frozen=True)

@@ -163,12 +163,11 @@ def check_expert_args(args):
         raise ValueError(f"{flag} with --precision {args.precision}: routing is a discrete choice, and 16-bit rounding "
                          f"that differs between layouts sends a token to another expert, so no tolerance compares "
                          f"the layout with one device; train experts in float32 or float64")
-    others = [f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
-              f"--zero {args.zero}" if args.zero > 1 else None,
+    others = ["--model bert" if args.model == "bert" else None,
               f"--compress {args.compress}" if args.compress != "none" else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None]
     others = [o for o in others if o]
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --zero 1, --checkpoint-activations, --link, --trace, --save and --resume")
+                         f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --checkpoint-activations, --link, --trace, --save and --resume")

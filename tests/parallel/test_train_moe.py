@@ -31,8 +31,8 @@ def test_check_equals_one_device(layout, capsys):
     (["--experts", "4", "--ep", "4", "--dp", "2", "--threads", "2"], "--ep 4 does not divide --dp 2"),
     (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),
     (["--experts", "2", "--tp", "2", "--sequence-parallel", "--threads", "2"], "with --sequence-parallel"),
-    (["--experts", "2", "--cp", "2", "--threads", "2"], "--experts 2 does not combine with --cp 2 yet"),
-    (["--experts", "2", "--zero", "2", "--dp", "2", "--threads", "2"], "--experts 2 does not combine with --zero 2"),
+    (["--experts", "2", "--compress", "sign", "--dp", "2", "--threads", "2"],
+     "--experts 2 does not combine with --compress sign yet"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):

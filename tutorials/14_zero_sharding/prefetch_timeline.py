@@ -26,7 +26,7 @@ def one_step(group, prefetch):
     idx = np.random.default_rng(group.rank).integers(0, CONFIG.vocab_size, (4 * group.size, CONFIG.block_size))
     model.train_step(idx, idx)  # the first step records the order of the units; the second is shown
     model.optimizer_step()
-    sharding = model.shardings[0]
+    sharding = model.replicas.shardings[0]
     sharding.reset_peak()
     model.train_step(idx, idx)
     model.optimizer_step()

@@ -66,7 +66,7 @@ def train(group, stage, data, precision=None):
 def chunks(model, group):
     """'unit: rank r [lo, hi) ...' of this rank's ZeRO-2/3 chunks (the first few units)."""
     lines = []
-    for bucket in model.dp_reducer.buckets[::-1][:3]:
+    for bucket in model.replicas.buckets[::-1][:3]:
         names = [name for name, p in model.named_parameters() if any(p is q for q in bucket.params)]
         unit = names[0].rsplit(".", 2)[0] if names[0].startswith("blocks.") else names[0].split(".")[0]
         size = bucket.shard_size

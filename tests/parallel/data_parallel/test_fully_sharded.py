@@ -171,8 +171,8 @@ def one_batch(layout, m):
     events = model.events()
     schedule_end = max(e.end for e in events if e.kind != "dp_bucket")
     dp_bytes = sum(c["bytes"] for (name, _), c in model.communication_stats().items() if name == "dp")
-    padded = sum(b.shard_size * model.mesh.dp for b in model.dp_reducer.buckets)
-    return [e for e in events if e.kind == "dp_bucket"], schedule_end, dp_bytes, padded, len(model.dp_reducer.buckets)
+    padded = sum(b.shard_size * model.mesh.dp for b in model.replicas.buckets)
+    return [e for e in events if e.kind == "dp_bucket"], schedule_end, dp_bytes, padded, len(model.replicas.buckets)
 
 
 @pytest.mark.parametrize("layout", [dict(dp=2, pp=1, zero=2), dict(dp=2, pp=2, zero=3),

@@ -248,7 +248,7 @@ def test_zero_3_gathers_the_tied_embedding_for_the_head_and_reduce_scatters_it_o
         model.reset_communication_stats()
         model.train_step(idx, idx)
         stats = model.communication_stats()
-        return model.shardings[0].schedule(), stats[("dp", "reduce_scatter")]["calls"], len(model.dp_reducer.buckets)
+        return model.replicas.shardings[0].schedule(), stats[("dp", "reduce_scatter")]["calls"], len(model.replicas.buckets)
 
     for schedule, scatters, buckets in run_threads(2, rank_fn, timeout=60):
         units = ["tok_emb", "pos_emb", "seg_emb", "blocks.0", "ln_f", "mlm_head", "tok_emb"]

@@ -245,7 +245,7 @@ def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1):
                                     prefetch=prefetch)
     opt = fsdp.configure_optimizer(LR, BETAS, EPS, WEIGHT_DECAY)
     initial = fsdp.full_state_dict()
-    groups = [group] + ([fsdp.sharding.group] if fsdp.sharding else [])
+    groups = [group] + (fsdp.sharding.groups if fsdp.sharding else [])
 
     def counted():
         stats = [g.stats() for g in groups]
