@@ -7,7 +7,7 @@ from .comm import Group, run_threads, world  # noqa: E402
 from .data_parallel import DataParallel, FullyShardedDataParallel, ZeroOptimizer  # noqa: E402
 from .hybrid import HybridGPT  # noqa: E402
 from .mesh import Mesh  # noqa: E402
-from .pipeline import Pipeline, PipelineStage  # noqa: E402
+from .pipeline import Pipeline  # noqa: E402
 from .tensor_parallel import (  # noqa: E402
     ColumnParallelLinear,
     ParallelBlock,
@@ -24,5 +24,5 @@ __all__ = ["Group", "run_threads", "world", "Mesh"]
 __all__ += ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelSelfAttention", "ParallelBlock",
             "VocabParallelEmbedding", "vocab_parallel_cross_entropy", "TensorParallelGPT", "TensorParallelStage"]
 __all__ += ["DataParallel", "ZeroOptimizer", "FullyShardedDataParallel"]
-__all__ += ["Pipeline", "PipelineStage"]
+__all__ += ["Pipeline"]
 __all__ += ["HybridGPT"]

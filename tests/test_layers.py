@@ -34,8 +34,6 @@ EXCEPTIONS = [
      "the one gradient reducer also sums the sequence-parallel partial gradients over tp"),
     ("parallel.pipeline.tied", "parallel.data_parallel.reducer",
      "the one gradient reducer also sums the tied embedding's copies across the pipeline's ends"),
-    ("parallel.tensor_parallel.model", "parallel.pipeline.stage",
-     "a pipeline stage is what tensor parallelism converts"),
 ]
 # The one cycle by design, as in PyTorch: `x.exp()` is a method of Tensor that runs an op,
 # and every op returns a Tensor. tensor.py imports the op modules its operators call at its

@@ -158,10 +158,10 @@ class GPTEnds:
     """The two ends of a GPT or a BERT, for any module that holds its parts under the model's
     names: `embed` (tok_emb, pos_emb, BERT's seg_emb, drop) and `head` (ln_f, then the GPT's
     lm_head or BERT's mlm_head on the tied tok_emb weight; the loss). Both models and every
-    pipeline stage of them inherit them; a tensor-parallel stage overrides only `positions`
+    slice of them (slice.py) inherit them; a tensor-parallel slice overrides only `positions`
     (its slice of the sequence) and `loss` (over a vocabulary split in shards)."""
 
-    first_parts = ("tok_emb", "pos_emb", "drop")  # what the first pipeline stage holds
+    first_parts = ("tok_emb", "pos_emb", "drop")  # what the first slice holds (slice.py)
     last_parts = ("ln_f", "lm_head")              # and the last (bert.py: + the tied tok_emb)
     tied_reads = {}  # part -> the tied parts its forward reads besides its own (bert.py: the MLM head)
 

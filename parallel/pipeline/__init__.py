@@ -4,7 +4,6 @@ from .executor import Pipeline
 from .partition import balance_by_cost, balance_by_parameters, balance_by_time, split_gpt, stages_for_rank
 from .registry import SCHEDULES, get_schedule
 from .schedules import Action, gpipe, interleaved, one_f_one_b, rank_and_chunk, stage_of
-from .stage import PipelineStage
 from .timeline import Event, Timeline, bubble_theory, megatron_bubble_ratio
 from .zero_bubble import zb_h1, zb_h2
 
@@ -28,7 +27,6 @@ __all__ = [
     "one_f_one_b",
     "rank_and_chunk",
     "stage_of",
-    "PipelineStage",
     "Event",
     "Timeline",
     "bubble_theory",

@@ -54,7 +54,7 @@ from .timeline import Event, Timeline, all_gather_events, bubble_theory
 class Pipeline:
     """This rank's part of a pipeline: its stages (one per model chunk) and its actions.
 
-    stages: the PipelineStage(s) of this rank in chunk order (chunk c is model stage
+    stages: the GPTSlice(s) of this rank in chunk order (chunk c is model stage
     c·p + rank); group: the pipeline group (p = group.size ranks); microbatches: m;
     schedule: "gpipe", "1f1b", "interleaved" (needs len(stages) > 1 chunks), or the
     zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py);
@@ -128,7 +128,7 @@ class Pipeline:
             raise ValueError(f"batch size {idx.shape[0]} is not divisible by microbatches={self.m}")
         if zero_grad:
             self.zero_grad()
-        for stage in self.stages:  # what backward gives an early stage's MoE losses (stage.py)
+        for stage in self.stages:  # what backward gives an early stage's MoE losses (GPTSlice)
             stage.aux_loss_scale = self.loss_scale / self.m
         step = _Step(self, np.split(idx, self.m), np.split(targets, self.m))
         self.meter, self.events = step.meter, []

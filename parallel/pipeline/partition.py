@@ -1,4 +1,5 @@
-"""Cut a GPT into pipeline stages: how many blocks each stage gets, and the stages.
+"""Cut a GPT into pipeline stages: how many blocks each stage gets, and the stages (each a
+minitensor.models.GPTSlice).
 
 A `balance` is a list with one entry per stage: the number of consecutive blocks it
 holds (torchgpipe's word). The embeddings always go to the first stage and the final
@@ -14,8 +15,9 @@ import time
 
 import numpy as np
 
+from minitensor.models.slice import GPTSlice
+
 from .schedules import stage_of
-from .stage import PipelineStage
 
 
 def check_stage_count(n_layer, num_stages):
@@ -103,7 +105,7 @@ def split_gpt(model, num_stages, balance=None):
     """All `num_stages` stages of `model` (default balance: by parameter count)."""
     balance = balance_by_parameters(model, num_stages) if balance is None else list(balance)
     check_balance(balance, model.config.n_layer, num_stages)
-    return [PipelineStage(model, blocks, s, num_stages) for s, blocks in enumerate(block_ranges(balance))]
+    return [GPTSlice(model, blocks, s, num_stages) for s, blocks in enumerate(block_ranges(balance))]
 
 
 def stages_for_rank(model, rank, p, v=1, balance=None):

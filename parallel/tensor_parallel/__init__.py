@@ -7,7 +7,7 @@
     transformer.py  ParallelSelfAttention, ParallelMLP, ParallelBlock
     random.py       dropout streams: replicated vs sharded regions
     mlm_head.py     ParallelMLMHead: BERT's output layer on the vocab-parallel tied embedding
-    model.py        TensorParallelStage: a dense stage (or the whole GPT) converted part by part
+    model.py        TensorParallelStage: a dense GPTSlice (or the whole GPT) converted part by part
 """
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelModule
 from .mappings import (

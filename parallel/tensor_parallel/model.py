@@ -1,6 +1,7 @@
-"""A GPT, or one pipeline stage of it, converted to tensor parallelism in one place.
+"""A GPT, or a slice of it (minitensor.models.GPTSlice: what a pipeline stage runs), converted
+to tensor parallelism in one place.
 
-    TensorParallelStage(dense_stage, group, sequence_parallel=False, seed=0, context=None)
+    TensorParallelStage(dense_slice, group, sequence_parallel=False, seed=0, context=None)
         tok_emb  ─▶ VocabParallelEmbedding        pos_emb, ln_f ─▶ replicated copies
         blocks.i ─▶ ParallelBlock                  lm_head       ─▶ ColumnParallelLinear (padded vocab)
         drop     ─▶ Dropout on the tp rank's replicated (or, under SP, sharded) stream
@@ -8,19 +9,19 @@
 
     TensorParallelGPT(gpt, group, ...)  is the one-stage case: the whole model.
 
-The converted stage keeps the dense stage's module tree and parameter names; sharded
+The converted slice keeps the dense slice's module tree and parameter names; sharded
 parameters carry `tp_axis` and `full_shape` (sharding.py). It inherits the GPT's
 `embed` and `head` and changes only what tensor parallelism changes: under sequence
 parallelism each rank adds the positions of its own slice of the sequence, (B, T/tp, C)
 between embed and head, and the loss is taken over the vocabulary shards. Under context
-parallelism (`context`: a ContextParallel) the stage runs on the cp rank's tokens: their
+parallelism (`context`: a ContextParallel) the slice runs on the cp rank's tokens: their
 positions are added, and attention is a ring over the cp group.
 """
 import numpy as np
 
+from minitensor.models.slice import GPTSlice
 from minitensor.tensor import Tensor
 
-from ..pipeline.stage import PipelineStage
 from .layers import ColumnParallelLinear
 from .mappings import check_sequence_parallel
 from .mlm_head import ParallelMLMHead
@@ -37,8 +38,8 @@ from .transformer import ParallelBlock, dropout_like
 from .vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 
-class TensorParallelStage(PipelineStage):
-    """The dense PipelineStage `dense` with every part converted to TP over `group`.
+class TensorParallelStage(GPTSlice):
+    """The dense GPTSlice `dense` with every part converted to TP over `group`.
 
     seed: the dropout streams, TensorParallelRNG(seed + stage, tp rank): each stage draws
     its own masks, alike on the tp ranks where the activations are replicated.
@@ -111,7 +112,7 @@ class TensorParallelGPT(TensorParallelStage):
     with the logits split over the vocabulary (`gather_logits` joins them)."""
 
     def __init__(self, gpt, group, sequence_parallel=False, seed=0):
-        whole = PipelineStage(gpt, range(gpt.config.n_layer), stage=0, num_stages=1)
+        whole = GPTSlice(gpt, range(gpt.config.n_layer), stage=0, num_stages=1)
         super().__init__(whole, group, sequence_parallel=sequence_parallel, seed=seed)
 
     def forward(self, idx, targets=None):

@@ -72,15 +72,9 @@ def test_stages_hold_the_dense_parameters_under_dense_names_and_compose_to_the_d
     np.testing.assert_array_equal(x.data, model(idx, targets)[1].data)
 
 
-def test_interleaved_ranks_hold_every_p_th_stage_and_blocks_can_be_swapped():
-    model = gpt(4)
-    chunks = stages_for_rank(model, rank=1, p=2, v=2)
+def test_interleaved_ranks_hold_every_p_th_stage():
+    chunks = stages_for_rank(gpt(4), rank=1, p=2, v=2)
     assert [s.stage for s in chunks] == [1, 3] and [s.blocks.indices() for s in chunks] == [[1], [3]]
-    replacement = gpt(4, seed=1).blocks[0]
-    chunks[1].blocks[3] = replacement
-    assert dict(chunks[1].named_parameters())["blocks.3.attn.q.weight"] is replacement.attn.q.weight
-    with pytest.raises(KeyError, match=r"holds blocks \[3\], not block 2"):
-        chunks[1].blocks[2] = replacement
 
 
 def test_bad_balances_name_the_values():
