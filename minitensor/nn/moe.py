@@ -10,7 +10,8 @@ block's MLP (Switch Transformer, GShard, Mixtral).
                    are dropped (that slot adds 0: the token goes on through the residual).
                    capacity_factor None: dropless, no limit
       ─▶ dispatch  the kept (token, expert) assignments sorted by expert: x_perm = x[token[order]]
-      ─▶ experts   expert e runs on its counts[e] contiguous rows of x_perm
+      ─▶ experts   expert e runs on its counts[e] contiguous rows of x_perm, wherever it lives:
+                   the layer's dispatcher takes the rows there and the outputs back
       ─▶ combine   y[t] = Σ over t's kept assignments a of g_a · expert_{e_a}(x_t)
 
 Two losses join the model's loss (`aux_loss`), each a mean over the token groups:
@@ -114,6 +115,25 @@ def combine(y_perm, routing, n_tokens):
     # end exercise
 
 
+def run_each_expert(experts, x_perm, counts):
+    """Expert i of `experts` on its counts[i] contiguous rows of x_perm; the outputs in the same order."""
+    ends = np.cumsum(counts)
+    return concat([expert(x_perm[end - n:end]) for expert, n, end in zip(experts, counts, ends, strict=True)])
+
+
+class LocalDispatcher:
+    """How tokens reach the experts when all of them are on this device: each runs on its rows.
+
+    A dispatcher is a part of the MoE layer with one method, run_experts(x_perm, counts,
+    experts): x_perm the kept assignments' rows sorted by expert, counts[e] of them for expert
+    e, `experts` the layer's; it returns the experts' outputs in x_perm's order. Expert
+    parallelism's dispatcher (parallel.expert_parallel) runs them on the ranks that hold them.
+    It holds no parameters, so it is no Module: the layer's parameter names do not see it."""
+
+    def run_experts(self, x_perm, counts, experts):
+        return run_each_expert(experts, x_perm, counts)
+
+
 class Expert(Module):
     """One expert: the GPT's MLP, fc → GELU → proj."""
 
@@ -127,12 +147,13 @@ class Expert(Module):
 
 
 class MoE(Module):
-    """E experts and a router (see the module docstring). After each forward: `aux_loss` (the
-    balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on) and `dropped`
-    (assignments over capacity)."""
+    """E experts and a router (see the module docstring); `dispatcher` takes the rows to the
+    experts and back (default: LocalDispatcher, every expert here). After each forward:
+    `aux_loss` (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on)
+    and `dropped` (assignments over capacity)."""
 
     def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
-                 aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT):
+                 aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT, dispatcher=None):
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"MoE: top_k={top_k} must be in [1, n_experts={n_experts}]")
@@ -141,13 +162,15 @@ class MoE(Module):
         self.router = Linear(d_model, n_experts, bias=False, dtype=dtype)
         self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
         self.drop = Dropout(dropout)
+        self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
         self.aux_loss = self.load = self.dropped = None
 
     def forward(self, x):
         b, t, c = x.shape
         flat = x.reshape(b * t, c)
         routing = self.route(flat, groups=b)
-        y_perm = self.run_experts(gather_rows(flat, routing.token[routing.order]), routing.counts)
+        x_perm = gather_rows(flat, routing.token[routing.order])
+        y_perm = self.dispatcher.run_experts(x_perm, routing.counts, self.experts)
         return self.drop(combine(y_perm, routing, b * t).reshape(b, t, c))
 
     def route(self, flat, groups):
@@ -167,9 +190,3 @@ class MoE(Module):
         self.aux_loss = balancing_loss(probs, experts, groups, self.aux_loss_coef) + z_loss(logits, self.z_loss_coef)
         self.load, self.dropped = counts, int(n * k - kept.sum())
         return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
-
-    def run_experts(self, x_perm, counts):
-        """Expert e on its counts[e] rows of x_perm (sorted by expert), outputs in the same order.
-        Expert parallelism replaces this with dispatch and combine all-to-alls."""
-        ends = np.cumsum(counts)
-        return concat([expert(x_perm[end - n:end]) for expert, n, end in zip(self.experts, counts, ends)])

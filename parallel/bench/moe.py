@@ -76,8 +76,9 @@ def all_to_all_step(cfg, task, ep):
         model.reset_communication_stats()
         model.train_step(idx, targets)
         me = model.mesh.ep_rank
-        formula = sum(all_to_all_bytes(m.sent.sum() - m.sent[me], m.received.sum() - m.received[me], cfg.d_model, 4,
-                                       cfg.n_experts, ep) for m in model.moe_layers())
+        dispatchers = [m.dispatcher for m in model.moe_layers()]
+        formula = sum(all_to_all_bytes(d.sent.sum() - d.sent[me], d.received.sum() - d.received[me], cfg.d_model, 4,
+                                       cfg.n_experts, ep) for d in dispatchers)
         return model.communication_stats()[("ep", "all_to_all")]["bytes"], formula
     return run_threads(ep, step)[0]
 

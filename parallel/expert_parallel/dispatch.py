@@ -1,5 +1,8 @@
 """Expert parallelism over an ep group of n ranks (GShard, DeepSpeed-MoE, Megatron-Core):
-rank r holds experts [r·E/n, (r+1)·E/n) and keeps its own tokens. In one MoE layer:
+rank r holds experts [r·E/n, (r+1)·E/n) and keeps its own tokens. The MoE layer stays
+itself: `shard_experts` leaves it only this rank's experts and gives it an AllToAllDispatcher
+in place of its local one, which takes the rows to their experts' ranks and back. In one
+MoE layer:
 
     route           this rank's tokens, as on one device (minitensor.nn.moe): the kept
                     assignments sorted by expert, x_perm, counts (E,) rows per expert
@@ -7,7 +10,7 @@ rank r holds experts [r·E/n, (r+1)·E/n) and keeps its own tokens. In one MoE l
     dispatch        all-to-all of x_perm: the rows for rank r's experts (contiguous, since
                     x_perm is sorted by expert) go to rank r; they arrive by source, then expert
     regroup         reorder them by expert, then source (expert_major_order)
-    experts         each local expert on its rows
+    experts         each local expert on its rows (the layer holds only these)
     combine         the inverse reorder, then the all-to-all back: every row returns to its
                     token's rank, in x_perm's order; unpermute and weight as on one device
 
@@ -19,8 +22,8 @@ ranks of the other ep groups at r's place) hold the rest of the batch's (hybrid/
 import numpy as np
 
 from minitensor.autograd import Function
-from minitensor.nn.module import Module, ModuleList
-from minitensor.nn.moe import MoE
+from minitensor.nn.module import ModuleList
+from minitensor.nn.moe import MoE, run_each_expert
 from minitensor.nn.moe_ops import gather_rows
 
 
@@ -57,42 +60,46 @@ def inverse(order):
     return undo
 
 
-class ExpertParallelMoE(MoE):
-    """`moe` with only this rank's experts of the ep `group` (under their single-device names,
-    `experts.{global index}`); the router and the settings are moe's own. After each forward,
-    `sent` and `received`: the rows this rank sent to and received from each rank."""
+class AllToAllDispatcher:
+    """The MoE layer's dispatcher (minitensor.nn.moe.LocalDispatcher's interface) when its
+    experts are spread over the ep `group`: the layer holds only this rank's. After each
+    forward, `sent` and `received`: the rows this rank sent to and received from each rank."""
 
-    def __init__(self, moe, group):
-        Module.__init__(self)
-        if moe.n_experts % group.size:
-            raise ValueError(f"n_experts={moe.n_experts} is not divisible by ep={group.size}")
-        for name, value in vars(moe).items():  # router, experts, drop and the settings, in moe's order
-            if name not in ("_parameters", "_modules", "training"):
-                setattr(self, name, value)
-        self.training, self.group = moe.training, group
-        self.n_local = moe.n_experts // group.size
-        first = group.rank * self.n_local
-        local = ModuleList()
-        for index in range(first, first + self.n_local):
-            setattr(local, str(index), moe.experts[index])
-        self.experts = local
+    def __init__(self, group):
+        self.group = group
+        self.sent = self.received = None
 
-    def run_experts(self, x_perm, counts):
-        """x_perm: this rank's rows sorted by expert (counts[e] for expert e); returns the experts'
-        outputs in the same order, each computed on the rank that holds its expert."""
-        per_rank = counts.reshape(self.group.size, self.n_local).astype(np.int64)
+    def run_experts(self, x_perm, counts, experts):
+        """x_perm: this rank's rows sorted by expert (counts[e] for expert e of all E); returns the
+        experts' outputs in the same order, each computed on the rank that holds its expert
+        (`experts`: this rank's, in order)."""
+        per_rank = counts.reshape(self.group.size, -1).astype(np.int64)
         received = self.group.all_to_all(per_rank)  # row s: what rank s sends for each of my experts
         send, recv = per_rank.sum(axis=1), received.sum(axis=1)
-        self.sent, self.received = send, recv  # rows to and from each rank of the last forward (for the pictures)
+        self.sent, self.received = send, recv  # of the last forward (the pictures and the byte count read them)
         arrived = all_to_all(x_perm, self.group, send, recv)  # dispatch
         order = expert_major_order(received)
-        y_local = super().run_experts(gather_rows(arrived, order), received.sum(axis=0))
+        y_local = run_each_expert(experts, gather_rows(arrived, order), received.sum(axis=0))
         return all_to_all(gather_rows(y_local, inverse(order)), self.group, recv, send)  # combine
 
 
+def local_experts(experts, group):
+    """This rank's share of `experts` over the ep `group`, under their single-device names
+    (`{global index}`: checkpoints and the single-device view join them by name)."""
+    n_local = len(experts) // group.size
+    local = ModuleList()
+    for index in range(group.rank * n_local, (group.rank + 1) * n_local):
+        setattr(local, str(index), experts[index])
+    return local
+
+
 def shard_experts(gpt, group):
-    """Every MoE block of `gpt` keeps only this rank's experts of the ep `group`, in place."""
+    """Every MoE block of `gpt` keeps only this rank's experts of the ep `group` and reaches
+    all of them by all-to-all, in place; the router and the settings are unchanged."""
     for block in gpt.blocks:
         if isinstance(block.mlp, MoE):
-            block.mlp = ExpertParallelMoE(block.mlp, group)
+            if block.mlp.n_experts % group.size:
+                raise ValueError(f"n_experts={block.mlp.n_experts} is not divisible by ep={group.size}")
+            block.mlp.experts = local_experts(block.mlp.experts, group)
+            block.mlp.dispatcher = AllToAllDispatcher(group)
     return gpt

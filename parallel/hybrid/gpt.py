@@ -158,7 +158,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.amp.masters_to_params()
 
     def moe_layers(self):
-        """This rank's MoE layers; each one's `load`, `dropped`, `sent`, `received` tell of its last forward."""
+        """This rank's MoE layers; each one's `load`, `dropped` (and under ep its
+        dispatcher's `sent`, `received`) tell of its last forward."""
         return [block.mlp for stage in self.stages for block in stage.blocks if isinstance(block.mlp, MoE)]
 
     def named_modules(self):

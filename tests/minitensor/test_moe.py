@@ -9,13 +9,13 @@ import pytest
 import minitensor as mt
 from minitensor.gradcheck import gradcheck
 from minitensor.models.gpt import GPT, GPTConfig
-from minitensor.nn.moe import MoE, balancing_loss, capacity, dispatch_order, top_k, within_capacity
+from minitensor.nn.moe import LocalDispatcher, MoE, balancing_loss, capacity, dispatch_order, top_k, within_capacity
 
 
-def moe(renormalize=True, capacity_factor=None, top=2, experts=4):
+def moe(renormalize=True, capacity_factor=None, top=2, experts=4, dispatcher=None):
     mt.manual_seed(1)
     layer = MoE(6, 10, experts, top, renormalize, capacity_factor, aux_loss_coef=0.3, z_loss_coef=0.05,
-                dtype=np.float64)
+                dtype=np.float64, dispatcher=dispatcher)
     for p in layer.parameters():
         p.data[...] = np.random.default_rng(p.size).normal(0, 0.5, p.shape)
     return layer
@@ -74,6 +74,23 @@ def test_backward_matches_central_differences(renormalize, capacity_factor, top)
     x = mt.tensor(np.random.default_rng(2).normal(size=(2, 3, 6)), requires_grad=True)
     checked = [x, layer.router.weight, layer.experts[1].fc.weight, layer.experts[2].proj.bias]
     gradcheck(lambda *_: layer(x) + layer.aux_loss, *checked)
+
+
+class Doubling:
+    """A dispatcher whose experts' outputs come back doubled; it keeps the counts it was given."""
+
+    def run_experts(self, x_perm, counts, experts):
+        self.counts = counts
+        return LocalDispatcher().run_experts(x_perm, counts, experts) * 2
+
+
+def test_the_layer_reaches_its_experts_through_its_dispatcher_which_holds_no_parameters():
+    local, doubling = moe(capacity_factor=0.5), moe(capacity_factor=0.5, dispatcher=Doubling())
+    x = mt.tensor(np.random.default_rng(0).normal(size=(2, 3, 6)))
+    np.testing.assert_allclose(doubling(x).data, 2 * local(x).data, rtol=1e-15)  # combine is linear in y_perm
+    assert doubling.dispatcher.counts.tolist() == local.load.tolist()
+    assert list(doubling.state_dict()) == list(local.state_dict())
+    assert "dispatcher" not in dict(local.named_modules())  # a part, but no Module
 
 
 def test_the_dense_gpt_is_unchanged_and_moe_blocks_follow_moe_every():

@@ -45,7 +45,7 @@ def dispatch_grid(task):
         mt.manual_seed(0)
         model = HybridGPT(GPT(config(task, 0.01)), Mesh(EP, ep=EP))
         model.train_step(idx, targets)
-        return model.moe_layers()[0].sent
+        return model.moe_layers()[0].dispatcher.sent
     return np.array(run_threads(EP, step))
 
 

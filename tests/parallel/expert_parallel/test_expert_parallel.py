@@ -13,7 +13,7 @@ from mpi_scripts.moe_common import batches, expert_parallel, moe_config, single_
 
 from minitensor.models.gpt import GPT
 from parallel.comm import run_threads
-from parallel.expert_parallel import expert_major_order
+from parallel.expert_parallel import AllToAllDispatcher, expert_major_order
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
@@ -49,8 +49,14 @@ def test_each_rank_holds_its_experts_under_their_single_device_names():
     config = moe_config(n_experts=4, top_k=2)
 
     def names():
-        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(4, ep=2))
-        return [name for name, _ in model.named_parameters() if ".experts." in name and name.endswith("fc.weight")]
+        gpt = GPT(config, dtype=np.float64)
+        dense = [name for name, _ in gpt.named_parameters()]
+        model = HybridGPT(gpt, Mesh(4, ep=2))
+        mine = [name for name, _ in model.named_parameters()]
+        assert mine == [name for name in dense if name in mine]  # the dense order, experts left out
+        assert [n for n in mine if ".experts." not in n] == [n for n in dense if ".experts." not in n]
+        assert all(isinstance(layer.dispatcher, AllToAllDispatcher) for layer in model.moe_layers())
+        return [name for name in mine if ".experts." in name and name.endswith("fc.weight")]
     ranks = run_threads(4, names)
     assert ranks[0] == ranks[2] == [f"blocks.{b}.mlp.experts.{e}.fc.weight" for b in (0, 1) for e in (0, 1)]
     assert ranks[1] == ranks[3] == [f"blocks.{b}.mlp.experts.{e}.fc.weight" for b in (0, 1) for e in (2, 3)]

@@ -55,8 +55,9 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
         model.reset_communication_stats()
         model.train_step(idx, idx)
         me = model.mesh.ep_rank
-        formula = sum(all_to_all_bytes(layer.sent.sum() - layer.sent[me], layer.received.sum() - layer.received[me],
-                                       8, 8, 4, 2) for layer in model.moe_layers())
+        dispatchers = [layer.dispatcher for layer in model.moe_layers()]
+        formula = sum(all_to_all_bytes(d.sent.sum() - d.sent[me], d.received.sum() - d.received[me], 8, 8, 4, 2)
+                      for d in dispatchers)
         return formula, model.communication_stats()[("ep", "all_to_all")]["bytes"]
     for formula, counted in run_threads(4, step):
         assert formula == counted
