@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
-from minitensor import math_ops, ops, unary_ops
+from minitensor import math_ops, unary_ops
 from minitensor.autograd import Function
+from minitensor.operands import as_floating, binary_operands, unbroadcast
 from minitensor.tensor import Tensor
 
 
@@ -151,7 +152,7 @@ class Maximum(Function):
 
     def backward(self, grad):
         grad_a = grad * self.share_a.astype(grad.dtype)
-        return ops.unbroadcast(grad_a, self.shapes[0]), ops.unbroadcast(grad - grad_a, self.shapes[1])
+        return unbroadcast(grad_a, self.shapes[0]), unbroadcast(grad - grad_a, self.shapes[1])
 
 
 class Minimum(Maximum):
@@ -175,33 +176,33 @@ class GeluErf(Function):
 
 
 def sigmoid(x):
-    return Sigmoid.apply(unary_ops.as_floating(x))
+    return Sigmoid.apply(as_floating(x))
 
 
 def logsigmoid(x):
-    return LogSigmoid.apply(unary_ops.as_floating(x))
+    return LogSigmoid.apply(as_floating(x))
 
 
 def silu(x):
-    return Silu.apply(unary_ops.as_floating(x))
+    return Silu.apply(as_floating(x))
 
 
 def leaky_relu(x, negative_slope=0.01):
-    return LeakyRelu.apply(unary_ops.as_floating(x), negative_slope=negative_slope)
+    return LeakyRelu.apply(as_floating(x), negative_slope=negative_slope)
 
 
 def elu(x, alpha=1.0):
-    return Elu.apply(unary_ops.as_floating(x), alpha=alpha)
+    return Elu.apply(as_floating(x), alpha=alpha)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
-    return Softplus.apply(unary_ops.as_floating(x), beta=beta, threshold=threshold)
+    return Softplus.apply(as_floating(x), beta=beta, threshold=threshold)
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is greater than max_val {max_val}")
-    return Hardtanh.apply(unary_ops.as_floating(x), lo=min_val, hi=max_val)
+    return Hardtanh.apply(as_floating(x), lo=min_val, hi=max_val)
 
 
 def relu6(x):
@@ -213,15 +214,15 @@ def gelu(x, approximate="tanh"):
     GPT's kernel; the default here, where PyTorch's default is 'none')."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return (unary_ops.Gelu if approximate == "tanh" else GeluErf).apply(unary_ops.as_floating(x))
+    return (unary_ops.Gelu if approximate == "tanh" else GeluErf).apply(as_floating(x))
 
 
 def maximum(a, b):
-    return Maximum.apply(*ops.binary_operands("maximum", a, b))
+    return Maximum.apply(*binary_operands("maximum", a, b))
 
 
 def minimum(a, b):
-    return Minimum.apply(*ops.binary_operands("minimum", a, b))
+    return Minimum.apply(*binary_operands("minimum", a, b))
 
 
 def clamp(x, min=None, max=None):
@@ -234,7 +235,7 @@ def clamp(x, min=None, max=None):
         return x if max is None else minimum(x, max)
     if not isinstance(x, Tensor):
         x = Tensor(x)
-    dtype = ops.binary_operands("clamp", x, min if max is None else max)[0].dtype
+    dtype = binary_operands("clamp", x, min if max is None else max)[0].dtype
     return Clamp.apply(x if dtype == x.dtype else x.to(dtype), lo=min, hi=max)
 
 

@@ -12,9 +12,8 @@ import math
 
 import numpy as np
 
-from minitensor import unary_ops
 from minitensor.autograd import Function
-from minitensor.tensor import Tensor
+from minitensor.operands import as_floating, as_tensor
 
 
 class Pointwise(Function):
@@ -169,7 +168,7 @@ def _pointwise(cls):
     """The function `sin(a)` of the Function `Sin`: `a` computed in floats."""
 
     def op(a):
-        return cls.apply(unary_ops.as_floating(a))
+        return cls.apply(as_floating(a))
     op.__name__, op.__doc__ = cls.__name__.lower(), cls.__doc__
     return op
 
@@ -184,4 +183,4 @@ rsqrt, reciprocal, erf = _pointwise(Rsqrt), _pointwise(Reciprocal), _pointwise(E
 
 def square(a):
     """a², keeping an integer dtype as PyTorch does."""
-    return Square.apply(a if isinstance(a, Tensor) else Tensor(a))
+    return Square.apply(as_tensor(a))

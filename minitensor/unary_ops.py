@@ -9,14 +9,7 @@ import numpy as np
 
 from minitensor import dtypes, speed
 from minitensor.autograd import Function, is_grad_enabled
-from minitensor.tensor import DEFAULT_FLOAT, Tensor
-
-
-def as_floating(a):
-    """`a` as a tensor with a floating dtype: an integer or bool one (or a number) in
-    float32, as PyTorch computes `torch.exp(torch.tensor(2))`."""
-    a = a if isinstance(a, Tensor) else Tensor(a)
-    return a if dtypes.is_floating(a.dtype) else Tensor(a.data.astype(DEFAULT_FLOAT))
+from minitensor.operands import as_floating
 
 
 class Exp(Function):
