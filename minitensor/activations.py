@@ -1,16 +1,12 @@
 """Activations with PyTorch's names and arguments: sigmoid, logsigmoid, silu, leaky_relu,
-elu, softplus, relu6, hardtanh, gelu (exact or tanh), and the clamps: clamp/clip,
-maximum, minimum.
+elu, softplus, relu6, hardtanh, and the clamps: clamp/clip, maximum, minimum.
 
 Each is a Function with its derivative in the docstring; at a kink the derivative is
-the one PyTorch returns (stated per op). relu, tanh and the tanh-approximated GELU,
+the one PyTorch returns (stated per op). relu, tanh and gelu (exact or tanh-approximated),
 the GPT's kernels, live in unary_ops.
 """
-import math
-
 import numpy as np
 
-from minitensor import math_ops, unary_ops
 from minitensor.autograd import Function
 from minitensor.operands import as_floating, binary_operands, unbroadcast
 from minitensor.tensor import Tensor
@@ -161,20 +157,6 @@ class Minimum(Maximum):
     pick = staticmethod(np.minimum)
 
 
-class GeluErf(Function):
-    """The exact GELU: y = x·Φ(x), Φ(x) = ½(1 + erf(x/√2));  dy/dx = Φ(x) + x·φ(x),
-    φ(x) = e^(−x²/2)/√(2π)."""
-
-    def forward(self, x):
-        phi = (0.5 * (1 + math_ops.erf_array(x / math.sqrt(2)))).astype(x.dtype, copy=False)
-        self.save_for_backward(x, phi)
-        return x * phi
-
-    def backward(self, grad):
-        x, phi = self.saved
-        return grad * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
-
-
 def sigmoid(x):
     return Sigmoid.apply(as_floating(x))
 
@@ -207,14 +189,6 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 
 def relu6(x):
     return hardtanh(x, 0.0, 6.0)
-
-
-def gelu(x, approximate="tanh"):
-    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
-    GPT's kernel; the default here, where PyTorch's default is 'none')."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return (unary_ops.Gelu if approximate == "tanh" else GeluErf).apply(as_floating(x))
 
 
 def maximum(a, b):

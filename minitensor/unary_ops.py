@@ -9,6 +9,7 @@ import numpy as np
 
 from minitensor import dtypes, speed
 from minitensor.autograd import Function, is_grad_enabled
+from minitensor.math_ops import erf_array
 from minitensor.operands import as_floating
 
 
@@ -126,6 +127,20 @@ class Gelu(Function):
         d *= 0.5
 
 
+class GeluErf(Function):
+    """The exact GELU: y = x·Φ(x), Φ(x) = ½(1 + erf(x/√2));  dy/dx = Φ(x) + x·φ(x),
+    φ(x) = e^(−x²/2)/√(2π)."""
+
+    def forward(self, x):
+        phi = (0.5 * (1 + erf_array(x / math.sqrt(2)))).astype(x.dtype, copy=False)
+        self.save_for_backward(x, phi)
+        return x * phi
+
+    def backward(self, grad):
+        x, phi = self.saved
+        return grad * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
 def exp(a):
     return Exp.apply(as_floating(a))
 
@@ -146,6 +161,9 @@ def relu(a):
     return Relu.apply(a)
 
 
-def gelu(a):
-    """GELU with the tanh approximation (GPT-2's); activations.gelu takes `approximate=`."""
-    return Gelu.apply(as_floating(a))
+def gelu(x, approximate="tanh"):
+    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
+    GPT's fused kernel, Gelu; the default here, where PyTorch's default is 'none')."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return (Gelu if approximate == "tanh" else GeluErf).apply(as_floating(x))
