@@ -2,6 +2,9 @@
 
 These are the GPT's kernels; more elementwise math is in math_ops, more activations in
 activations. An integer or bool input is computed in the default float dtype (float32).
+
+Every elementwise op is written one way: a Function whose forward computes y from x and
+saves what the derivative needs, and whose backward, beside it, returns dy · dy/dx.
 """
 import math
 
@@ -14,48 +17,67 @@ from minitensor.operands import as_floating
 
 
 class Exp(Function):
-    def forward(self, a):
-        self.out = np.exp(a)
-        return self.out
+    """y = eˣ;  dy/dx = eˣ = y."""
+
+    def forward(self, x):
+        y = np.exp(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad * self.out
+        (y,) = self.saved
+        return grad * y
 
 
 class Log(Function):
-    def forward(self, a):
-        self.save_for_backward(a)
-        return np.log(a)
+    """y = ln x;  dy/dx = 1/x."""
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.log(x)
 
     def backward(self, grad):
-        return grad / self.saved[0]
+        (x,) = self.saved
+        return grad / x
 
 
 class Sqrt(Function):
-    def forward(self, a):
-        self.out = np.sqrt(a)
-        return self.out
+    """y = √x;  dy/dx = 1/(2√x) = 1/(2y)."""
+
+    def forward(self, x):
+        y = np.sqrt(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad / (2 * self.out)
+        (y,) = self.saved
+        return grad / (2 * y)
 
 
 class Tanh(Function):
-    def forward(self, a):
-        self.out = np.tanh(a)
-        return self.out
+    """y = tanh x;  dy/dx = 1 − tanh²x = 1 − y²."""
+
+    def forward(self, x):
+        y = np.tanh(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad * (1 - self.out**2)
+        (y,) = self.saved
+        return grad * (1 - y**2)
 
 
 class Relu(Function):
-    def forward(self, a):
-        self.positive = a > 0
-        return a * self.positive
+    """y = max(x, 0);  dy/dx = 1 for x > 0, else 0 (0 at 0, as PyTorch)."""
+
+    def forward(self, x):
+        positive = x > 0
+        self.save_for_backward(positive)
+        return x * positive
 
     def backward(self, grad):
-        return grad * self.positive
+        (positive,) = self.saved
+        return grad * positive
 
 
 class Gelu(Function):
