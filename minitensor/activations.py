@@ -1,17 +1,14 @@
 """Activations with PyTorch's names and arguments: sigmoid, logsigmoid, silu, leaky_relu,
-elu, softplus, relu6, hardtanh, gelu (exact or tanh), and the clamps: clamp/clip,
-maximum, minimum.
+elu, softplus, relu6, hardtanh, and the clamps: clamp/clip, maximum, minimum.
 
-Each is a Function with its derivative in the docstring; at a kink the derivative is
-the one PyTorch returns (stated per op). relu, tanh and the tanh-approximated GELU,
-the GPT's kernels, live in unary_ops.
+Each is a Function as in unary_ops, its derivative in the docstring; at a kink the
+derivative is the one PyTorch returns (stated per op). relu, tanh and gelu (exact or
+tanh-approximated), the GPT's kernels, live in unary_ops.
 """
-import math
-
 import numpy as np
 
-from minitensor import math_ops, ops, unary_ops
 from minitensor.autograd import Function
+from minitensor.operands import as_floating, binary_operands, unbroadcast
 from minitensor.tensor import Tensor
 
 
@@ -25,11 +22,13 @@ class Sigmoid(Function):
     """y = σ(x) = 1/(1 + e⁻ˣ);  dy/dx = y(1 − y)."""
 
     def forward(self, x):
-        self.y = _sigmoid(x)
-        return self.y
+        y = _sigmoid(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad * self.y * (1 - self.y)
+        (y,) = self.saved
+        return grad * y * (1 - y)
 
 
 class LogSigmoid(Function):
@@ -40,7 +39,8 @@ class LogSigmoid(Function):
         return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
 
     def backward(self, grad):
-        return grad * _sigmoid(-self.saved[0])
+        (x,) = self.saved
+        return grad * _sigmoid(-x)
 
 
 class Silu(Function):
@@ -56,60 +56,47 @@ class Silu(Function):
         return grad * s * (1 + x * (1 - s))
 
 
-class Piecewise(Function):
-    """y = x where `linear` (the identity's region), else g(x); dy/dx = 1 there, else g'(x).
-    Subclasses give the mask and g, g' for the other region."""
-
-    def forward(self, x, **params):
-        self.params = params
-        self.save_for_backward(x)
-        self.linear = self.region(x, **params)
-        return np.where(self.linear, x, self.outside(x, **params)).astype(x.dtype, copy=False)
-
-    def backward(self, grad):
-        slope = np.where(self.linear, 1, self.outside_slope(self.saved[0], **self.params))
-        return (grad * slope).astype(grad.dtype, copy=False)
-
-
-class LeakyRelu(Piecewise):
+class LeakyRelu(Function):
     """y = x for x > 0, else s·x;  dy/dx = 1 for x > 0, else s (s at 0, as PyTorch)."""
 
-    def region(self, x, negative_slope):
-        return x > 0
+    def forward(self, x, negative_slope):
+        self.save_for_backward(x)
+        self.negative_slope = negative_slope
+        return np.where(x > 0, x, negative_slope * x).astype(x.dtype, copy=False)
 
-    def outside(self, x, negative_slope):
-        return negative_slope * x
-
-    def outside_slope(self, x, negative_slope):
-        return negative_slope
+    def backward(self, grad):
+        (x,) = self.saved
+        return (grad * np.where(x > 0, 1, self.negative_slope)).astype(grad.dtype, copy=False)
 
 
-class Elu(Piecewise):
+class Elu(Function):
     """y = x for x > 0, else α(eˣ − 1);  dy/dx = 1 for x > 0, else α·eˣ (α at 0)."""
 
-    def region(self, x, alpha):
-        return x > 0
+    def forward(self, x, alpha):
+        self.save_for_backward(x)
+        self.alpha = alpha
+        return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype, copy=False)
 
-    def outside(self, x, alpha):
-        return alpha * np.expm1(np.minimum(x, 0))
-
-    def outside_slope(self, x, alpha):
-        return alpha * np.exp(np.minimum(x, 0))
+    def backward(self, grad):
+        (x,) = self.saved
+        return (grad * np.where(x > 0, 1, self.alpha * np.exp(np.minimum(x, 0)))).astype(grad.dtype, copy=False)
 
 
-class Softplus(Piecewise):
+class Softplus(Function):
     """y = log(1 + e^(βx))/β, and y = x where βx > threshold (where the two agree to float
     precision);  dy/dx = σ(βx), and 1 above the threshold."""
 
-    def region(self, x, beta, threshold):
-        return x * beta > threshold
-
-    def outside(self, x, beta, threshold):
+    def forward(self, x, beta, threshold):
+        self.save_for_backward(x)
+        self.beta, self.threshold = beta, threshold
         bx = np.minimum(x * beta, threshold)
-        return (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta
+        smooth = (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta
+        return np.where(x * beta > threshold, x, smooth).astype(x.dtype, copy=False)
 
-    def outside_slope(self, x, beta, threshold):
-        return _sigmoid(x * beta)
+    def backward(self, grad):
+        (x,) = self.saved
+        slope = np.where(x * self.beta > self.threshold, 1, _sigmoid(x * self.beta))
+        return (grad * slope).astype(grad.dtype, copy=False)
 
 
 class Hardtanh(Function):
@@ -117,11 +104,12 @@ class Hardtanh(Function):
     ends (PyTorch's hardtanh and relu6; clamp instead passes the gradient at the ends)."""
 
     def forward(self, x, lo, hi):
-        self.inside = (x > lo) & (x < hi)
+        self.save_for_backward((x > lo) & (x < hi))
         return np.clip(x, lo, hi)
 
     def backward(self, grad):
-        return grad * self.inside
+        (inside,) = self.saved
+        return grad * inside
 
 
 class Clamp(Function):
@@ -129,13 +117,15 @@ class Clamp(Function):
     lo ≤ x ≤ hi (ends included, as PyTorch's clamp), else 0."""
 
     def forward(self, x, lo, hi):
-        self.inside = np.ones(x.shape, bool) if lo is None else x >= lo
+        inside = np.ones(x.shape, bool) if lo is None else x >= lo
         if hi is not None:
-            self.inside &= x <= hi
+            inside &= x <= hi
+        self.save_for_backward(inside)
         return np.clip(x, lo, hi).astype(x.dtype, copy=False)
 
     def backward(self, grad):
-        return grad * self.inside
+        (inside,) = self.saved
+        return grad * inside
 
 
 class Maximum(Function):
@@ -145,13 +135,14 @@ class Maximum(Function):
     pick = staticmethod(np.maximum)
 
     def forward(self, a, b):
-        self.share_a = np.where(a == b, 0.5, self.pick(a, b) == a)
+        self.save_for_backward(np.where(a == b, 0.5, self.pick(a, b) == a))
         self.shapes = a.shape, b.shape
         return self.pick(a, b)
 
     def backward(self, grad):
-        grad_a = grad * self.share_a.astype(grad.dtype)
-        return ops.unbroadcast(grad_a, self.shapes[0]), ops.unbroadcast(grad - grad_a, self.shapes[1])
+        (share_a,) = self.saved
+        grad_a = grad * share_a.astype(grad.dtype)
+        return unbroadcast(grad_a, self.shapes[0]), unbroadcast(grad - grad_a, self.shapes[1])
 
 
 class Minimum(Maximum):
@@ -160,68 +151,46 @@ class Minimum(Maximum):
     pick = staticmethod(np.minimum)
 
 
-class GeluErf(Function):
-    """The exact GELU: y = x·Φ(x), Φ(x) = ½(1 + erf(x/√2));  dy/dx = Φ(x) + x·φ(x),
-    φ(x) = e^(−x²/2)/√(2π)."""
-
-    def forward(self, x):
-        phi = (0.5 * (1 + math_ops.erf_array(x / math.sqrt(2)))).astype(x.dtype, copy=False)
-        self.save_for_backward(x, phi)
-        return x * phi
-
-    def backward(self, grad):
-        x, phi = self.saved
-        return grad * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
-
-
 def sigmoid(x):
-    return Sigmoid.apply(unary_ops.as_floating(x))
+    return Sigmoid.apply(as_floating(x))
 
 
 def logsigmoid(x):
-    return LogSigmoid.apply(unary_ops.as_floating(x))
+    return LogSigmoid.apply(as_floating(x))
 
 
 def silu(x):
-    return Silu.apply(unary_ops.as_floating(x))
+    return Silu.apply(as_floating(x))
 
 
 def leaky_relu(x, negative_slope=0.01):
-    return LeakyRelu.apply(unary_ops.as_floating(x), negative_slope=negative_slope)
+    return LeakyRelu.apply(as_floating(x), negative_slope=negative_slope)
 
 
 def elu(x, alpha=1.0):
-    return Elu.apply(unary_ops.as_floating(x), alpha=alpha)
+    return Elu.apply(as_floating(x), alpha=alpha)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
-    return Softplus.apply(unary_ops.as_floating(x), beta=beta, threshold=threshold)
+    return Softplus.apply(as_floating(x), beta=beta, threshold=threshold)
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is greater than max_val {max_val}")
-    return Hardtanh.apply(unary_ops.as_floating(x), lo=min_val, hi=max_val)
+    return Hardtanh.apply(as_floating(x), lo=min_val, hi=max_val)
 
 
 def relu6(x):
     return hardtanh(x, 0.0, 6.0)
 
 
-def gelu(x, approximate="tanh"):
-    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
-    GPT's kernel; the default here, where PyTorch's default is 'none')."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return (unary_ops.Gelu if approximate == "tanh" else GeluErf).apply(unary_ops.as_floating(x))
-
-
 def maximum(a, b):
-    return Maximum.apply(*ops.binary_operands("maximum", a, b))
+    return Maximum.apply(*binary_operands("maximum", a, b))
 
 
 def minimum(a, b):
-    return Minimum.apply(*ops.binary_operands("minimum", a, b))
+    return Minimum.apply(*binary_operands("minimum", a, b))
 
 
 def clamp(x, min=None, max=None):
@@ -234,7 +203,7 @@ def clamp(x, min=None, max=None):
         return x if max is None else minimum(x, max)
     if not isinstance(x, Tensor):
         x = Tensor(x)
-    dtype = ops.binary_operands("clamp", x, min if max is None else max)[0].dtype
+    dtype = binary_operands("clamp", x, min if max is None else max)[0].dtype
     return Clamp.apply(x if dtype == x.dtype else x.to(dtype), lo=min, hi=max)
 
 

@@ -7,8 +7,9 @@ promoted as in arithmetic (minitensor.promotion) and broadcast like numpy.
 """
 import numpy as np
 
-from minitensor import dtypes, ops
+from minitensor import dtypes
 from minitensor.autograd import Function
+from minitensor.operands import binary_operands
 from minitensor.tensor import Tensor
 
 
@@ -26,7 +27,7 @@ def discrete(fn, *tensors):
 
 
 def _compare(op, ufunc, a, b):
-    return discrete(ufunc, *ops.binary_operands(op, a, b))
+    return discrete(ufunc, *binary_operands(op, a, b))
 
 
 def lt(a, b):
@@ -55,7 +56,7 @@ def ne(a, b):
 
 def _bitwise(op, ufunc, *operands):
     """Bitwise ops are defined on bool and integer tensors only, as in PyTorch."""
-    tensors = ops.binary_operands(op, *operands) if len(operands) == 2 else operands
+    tensors = binary_operands(op, *operands) if len(operands) == 2 else operands
     if any(dtypes.is_floating(t.dtype) for t in tensors):
         raise TypeError(f"{op}: needs bool or integer tensors, got dtypes {[str(t.dtype) for t in tensors]}")
     return discrete(ufunc, *tensors)
@@ -80,15 +81,15 @@ def bitwise_not(a):
 
 def logical_and(a, b):
     """Nonzero is True: a and b as truth values."""
-    return discrete(np.logical_and, *ops.binary_operands("logical_and", a, b))
+    return discrete(np.logical_and, *binary_operands("logical_and", a, b))
 
 
 def logical_or(a, b):
-    return discrete(np.logical_or, *ops.binary_operands("logical_or", a, b))
+    return discrete(np.logical_or, *binary_operands("logical_or", a, b))
 
 
 def logical_xor(a, b):
-    return discrete(np.logical_xor, *ops.binary_operands("logical_xor", a, b))
+    return discrete(np.logical_xor, *binary_operands("logical_xor", a, b))
 
 
 def logical_not(a):
@@ -114,7 +115,7 @@ def unary_floating(a):
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a − b| ≤ atol + rtol·|b| elementwise (not symmetric in a and b, as in PyTorch)."""
-    a, b = ops.binary_operands("isclose", a, b)
+    a, b = binary_operands("isclose", a, b)
     return discrete(lambda x, y: np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan), a, b)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from minitensor import comparison, ops
 from minitensor.autograd import Function, is_grad_enabled
+from minitensor.operands import dtype_mismatch, unbroadcast
 from minitensor.rearrange import expand
 from minitensor.shape_ops import check_dim, indexed
 from minitensor.tensor import Tensor
@@ -46,7 +47,7 @@ class IndexPut(Function):
         view, rest = indexed(dx, self.index)
         view[rest] = 0
         grad_view, _ = indexed(grad, self.index)
-        return dx, ops.unbroadcast(grad_view[rest], self.v_shape)
+        return dx, unbroadcast(grad_view[rest], self.v_shape)
 
 
 class Gather(Function):
@@ -150,7 +151,7 @@ def _scatter(op, cls, a, dim, index, src):
     index, dim = _index_tensor(op, a, dim, index)
     src = src if isinstance(src, Tensor) else Tensor(np.full(index.shape, src, a.dtype))
     if src.dtype != a.dtype:
-        raise ops.dtype_mismatch(op, a, src)
+        raise dtype_mismatch(op, a, src)
     if src.ndim != a.ndim:
         raise ValueError(f"{op}: src {src.shape} and input {a.shape} need the same number of dims")
     _fits(op, index, [a.shape], dim)

@@ -1,9 +1,9 @@
 """Elementwise math of one tensor: abs, sign, rounding, trig and inverse trig, exp2/log2/
 log10, log1p/expm1, rsqrt, reciprocal, square, erf.
 
-Each op is a `Pointwise` Function given by two lines: y = f(x) and dy/dx as a function of
-x and y (the chain rule then multiplies by the incoming gradient). Rounding and sign are
-step functions: their derivative is 0 wherever it exists, and PyTorch returns 0 there.
+Each op is a Function as in unary_ops: forward saves x or y, whichever dy/dx is quicker from;
+backward returns dy · dy/dx. Rounding and sign are step functions: their derivative is 0
+wherever it exists, and PyTorch returns 0 there.
 
 Integer and bool inputs are computed in the default float dtype (float32), as in PyTorch,
 except by abs, sign and the rounding ops, which keep an integer dtype.
@@ -12,27 +12,20 @@ import math
 
 import numpy as np
 
-from minitensor import unary_ops
 from minitensor.autograd import Function
-from minitensor.tensor import Tensor
+from minitensor.operands import as_floating, as_tensor
 
 
-class Pointwise(Function):
-    """y = f(x); dx = dy · df(x, y). Subclasses set `f` (a numpy ufunc) and `df`."""
+class Abs(Function):
+    """y = |x|;  dy/dx = sign x (0 at 0)."""
 
     def forward(self, x):
-        y = self.f(x)
-        self.save_for_backward(x, y)
-        return y
+        self.save_for_backward(x)
+        return np.abs(x)
 
     def backward(self, grad):
-        x, y = self.saved
-        return (grad * self.df(x, y)).astype(grad.dtype, copy=False)
-
-
-class Abs(Pointwise):
-    """y = |x|;  dy/dx = sign x (0 at 0)."""
-    f, df = np.abs, staticmethod(lambda x, y: np.sign(x))
+        (x,) = self.saved
+        return grad * np.sign(x)
 
 
 class Stepwise(Function):
@@ -45,84 +38,201 @@ class Stepwise(Function):
         return np.zeros_like(grad)
 
 
-class Sin(Pointwise):
+class Sin(Function):
     """y = sin x;  dy/dx = cos x."""
-    f, df = np.sin, staticmethod(lambda x, y: np.cos(x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.sin(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * np.cos(x)
 
 
-class Cos(Pointwise):
+class Cos(Function):
     """y = cos x;  dy/dx = −sin x."""
-    f, df = np.cos, staticmethod(lambda x, y: -np.sin(x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.cos(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * -np.sin(x)
 
 
-class Tan(Pointwise):
+class Tan(Function):
     """y = tan x;  dy/dx = 1 + tan²x = 1 + y²."""
-    f, df = np.tan, staticmethod(lambda x, y: 1 + y * y)
+
+    def forward(self, x):
+        y = np.tan(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, grad):
+        (y,) = self.saved
+        return grad * (1 + y * y)
 
 
-class Asin(Pointwise):
+class Asin(Function):
     """y = arcsin x;  dy/dx = 1/√(1 − x²)."""
-    f, df = np.arcsin, staticmethod(lambda x, y: 1 / np.sqrt(1 - x * x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.arcsin(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad / np.sqrt(1 - x * x)
 
 
-class Acos(Pointwise):
+class Acos(Function):
     """y = arccos x;  dy/dx = −1/√(1 − x²)."""
-    f, df = np.arccos, staticmethod(lambda x, y: -1 / np.sqrt(1 - x * x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.arccos(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return -grad / np.sqrt(1 - x * x)
 
 
-class Atan(Pointwise):
+class Atan(Function):
     """y = arctan x;  dy/dx = 1/(1 + x²)."""
-    f, df = np.arctan, staticmethod(lambda x, y: 1 / (1 + x * x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.arctan(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad / (1 + x * x)
 
 
-class Sinh(Pointwise):
+class Sinh(Function):
     """y = sinh x;  dy/dx = cosh x."""
-    f, df = np.sinh, staticmethod(lambda x, y: np.cosh(x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.sinh(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * np.cosh(x)
 
 
-class Cosh(Pointwise):
+class Cosh(Function):
     """y = cosh x;  dy/dx = sinh x."""
-    f, df = np.cosh, staticmethod(lambda x, y: np.sinh(x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.cosh(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * np.sinh(x)
 
 
-class Exp2(Pointwise):
+class Exp2(Function):
     """y = 2ˣ;  dy/dx = y·ln 2."""
-    f, df = np.exp2, staticmethod(lambda x, y: y * math.log(2))
+
+    def forward(self, x):
+        y = np.exp2(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, grad):
+        (y,) = self.saved
+        return grad * y * math.log(2)
 
 
-class Log2(Pointwise):
+class Log2(Function):
     """y = log₂ x;  dy/dx = 1/(x·ln 2)."""
-    f, df = np.log2, staticmethod(lambda x, y: 1 / (x * math.log(2)))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.log2(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad / (x * math.log(2))
 
 
-class Log10(Pointwise):
+class Log10(Function):
     """y = log₁₀ x;  dy/dx = 1/(x·ln 10)."""
-    f, df = np.log10, staticmethod(lambda x, y: 1 / (x * math.log(10)))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.log10(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad / (x * math.log(10))
 
 
-class Log1p(Pointwise):
+class Log1p(Function):
     """y = ln(1 + x), exact for small x;  dy/dx = 1/(1 + x)."""
-    f, df = np.log1p, staticmethod(lambda x, y: 1 / (1 + x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.log1p(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad / (1 + x)
 
 
-class Expm1(Pointwise):
+class Expm1(Function):
     """y = eˣ − 1, exact for small x;  dy/dx = eˣ = y + 1."""
-    f, df = np.expm1, staticmethod(lambda x, y: y + 1)
+
+    def forward(self, x):
+        y = np.expm1(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, grad):
+        (y,) = self.saved
+        return grad * (y + 1)
 
 
-class Rsqrt(Pointwise):
+class Rsqrt(Function):
     """y = 1/√x;  dy/dx = −½·x^(−3/2) = −½·y³."""
-    f, df = staticmethod(lambda x: 1 / np.sqrt(x)), staticmethod(lambda x, y: -0.5 * y * y * y)
+
+    def forward(self, x):
+        y = 1 / np.sqrt(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, grad):
+        (y,) = self.saved
+        return grad * (-0.5 * y * y * y)
 
 
-class Reciprocal(Pointwise):
+class Reciprocal(Function):
     """y = 1/x;  dy/dx = −1/x² = −y²."""
-    f, df = np.reciprocal, staticmethod(lambda x, y: -y * y)
+
+    def forward(self, x):
+        y = np.reciprocal(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, grad):
+        (y,) = self.saved
+        return grad * (-y * y)
 
 
-class Square(Pointwise):
+class Square(Function):
     """y = x²;  dy/dx = 2x."""
-    f, df = np.square, staticmethod(lambda x, y: 2 * x)
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.square(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * (2 * x)
 
 
 def erf_array(x):
@@ -131,45 +241,48 @@ def erf_array(x):
     return np.array(np.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)
 
 
-class Erf(Pointwise):
+class Erf(Function):
     """y = erf x = (2/√π) ∫₀ˣ e^(−t²) dt;  dy/dx = (2/√π)·e^(−x²)."""
-    f, df = staticmethod(erf_array), staticmethod(lambda x, y: 2 / math.sqrt(math.pi) * np.exp(-x * x))
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return erf_array(x)
+
+    def backward(self, grad):
+        (x,) = self.saved
+        return grad * (2 / math.sqrt(math.pi) * np.exp(-x * x))
 
 
 def abs(a):
     return Abs.apply(a)
 
 
-def _step(fn, a):
-    return Stepwise.apply(a, fn=fn)
-
-
 def sign(a):
-    return _step(np.sign, a)
+    return Stepwise.apply(a, fn=np.sign)
 
 
 def floor(a):
-    return _step(np.floor, a)
+    return Stepwise.apply(a, fn=np.floor)
 
 
 def ceil(a):
-    return _step(np.ceil, a)
+    return Stepwise.apply(a, fn=np.ceil)
 
 
 def trunc(a):
-    return _step(np.trunc, a)
+    return Stepwise.apply(a, fn=np.trunc)
 
 
 def round(a, decimals=0):
     """Round half to even (0.5 → 0, 1.5 → 2), as PyTorch and numpy do."""
-    return _step(lambda x: np.round(x, decimals), a)
+    return Stepwise.apply(a, fn=lambda x: np.round(x, decimals))
 
 
 def _pointwise(cls):
     """The function `sin(a)` of the Function `Sin`: `a` computed in floats."""
 
     def op(a):
-        return cls.apply(unary_ops.as_floating(a))
+        return cls.apply(as_floating(a))
     op.__name__, op.__doc__ = cls.__name__.lower(), cls.__doc__
     return op
 
@@ -184,4 +297,4 @@ rsqrt, reciprocal, erf = _pointwise(Rsqrt), _pointwise(Reciprocal), _pointwise(E
 
 def square(a):
     """a², keeping an integer dtype as PyTorch does."""
-    return Square.apply(a if isinstance(a, Tensor) else Tensor(a))
+    return Square.apply(as_tensor(a))

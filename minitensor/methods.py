@@ -1,9 +1,9 @@
 """Tensor's named methods, with PyTorch's names: each is the op function itself.
 
 A function whose first argument is the tensor is a method as it stands (`x.sum(1)` calls
-`reductions.sum(x, 1)`), so this table is the whole of Tensor's method surface beyond
-its operators (tensor.py); the op's docstring is the method's. The README lists them
-with the PyTorch name of each.
+`reductions.sum(x, 1)`), so this table is the whole of Tensor's op surface: its operators
+(tensor.py) call these methods (`x + y` is `x.add(y)`), so tensor.py imports no op module.
+The op's docstring is the method's. The README lists them with the PyTorch name of each.
 """
 import numpy as np
 
@@ -46,6 +46,7 @@ METHODS = {
 ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "subtract": ops.sub,
            "absolute": math_ops.abs, "arcsin": math_ops.asin, "arccos": math_ops.acos, "arctan": math_ops.atan,
            "greater": comparison.gt, "less": comparison.lt,
+           "astype": ops.cast, "__getitem__": shape_ops.getitem,  # y[idx]: a GetItem (minitensor.shape_ops)
            "__setitem__": indexing.setitem}  # y[idx] = v: an IndexPut (minitensor.indexing)
 
 

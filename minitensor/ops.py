@@ -2,7 +2,8 @@
 its backward.
 
 Binary ops broadcast like numpy and promote dtypes like PyTorch (minitensor.promotion);
-their backward sums the gradient back to each input's shape in one helper, `unbroadcast`.
+their backward sums the gradient back to each input's shape in one helper, `unbroadcast`
+(minitensor.operands, with the other helpers that ready an op's operands).
 """
 
 import math
@@ -12,68 +13,8 @@ import numpy as np
 from minitensor import comparison, dtypes, promotion
 from minitensor.autograd import Function
 from minitensor.kernel_threads import stacked_matmul
+from minitensor.operands import as_tensor, binary_operands, dtype_mismatch, floating, unbroadcast
 from minitensor.tensor import Tensor
-
-
-def unbroadcast(grad, shape):
-    """Sum `grad` over the axes that broadcasting added or stretched, back to `shape`."""
-    if grad.shape == shape:
-        return grad
-    leading = grad.ndim - len(shape)
-    stretched = tuple(leading + i for i, n in enumerate(shape) if n == 1 and grad.shape[leading + i] != 1)
-    return dtypes.sum(grad, axis=tuple(range(leading)) + stretched).reshape(shape)
-
-
-def _raw(value):
-    """What promotion sees of an operand: a tensor's array, a numpy array, or a number."""
-    if isinstance(value, Tensor):
-        return value.data
-    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
-        return value
-    return Tensor(value).data  # a nested list: an array; not numbers (a string): a TypeError naming it
-
-
-def _in_dtype(value, raw, dtype):
-    """`value` as a tensor of `dtype`; a tensor that requires grad is cast differentiably."""
-    if isinstance(value, Tensor):
-        return value if value.dtype == dtype else cast(value, dtype)
-    return Tensor(np.asarray(raw, dtype=dtype))
-
-
-def promoted(op, *operands):
-    """The operands as tensors of the one dtype `op` computes in (minitensor.promotion)."""
-    raw = [_raw(x) for x in operands]
-    dtype = promotion.result_type(op, *raw)
-    return tuple(_in_dtype(x, r, dtype) for x, r in zip(operands, raw))
-
-
-def dtype_mismatch(op, *tensors):
-    """The error for tensors of different dtypes: ops never convert between float dtypes on
-    their own (a float32 model must stay float32), so the message says how to convert."""
-    return TypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ; convert one explicitly: "
-                     f"t.to(mt.float32) (or .float(), .double()) for a tensor, "
-                     f"mt.tensor(array, dtype=mt.float32) for a numpy array")
-
-
-def binary_operands(op, a, b):
-    """Both operands as tensors of one dtype (PyTorch's promotion: an int tensor with 2.5 is
-    float32, a float32 tensor with 2.5 stays float32), checked to broadcast, naming the op."""
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype):
-        a, b = promoted(op, a, b)
-    try:
-        np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-    return a, b
-
-
-def floating(op, *operands):
-    """The operands promoted, then in the default float dtype if that is not floating: what
-    ops defined only on floats (true division, exp, sin, ...) compute in, as in PyTorch."""
-    tensors = promoted(op, *operands)
-    if dtypes.is_floating(tensors[0].dtype):
-        return tensors
-    return tuple(Tensor(t.data.astype(promotion.DEFAULT_FLOAT)) for t in tensors)
 
 
 def _rows(x):
@@ -257,7 +198,7 @@ def neg(a):
 def matmul(a, b):
     """a @ b with PyTorch's rules: a 1-d operand is a matrix of one row (left) or one column
     (right) whose added dim is removed from the result."""
-    a, b = (x if isinstance(x, Tensor) else Tensor(_raw(x)) for x in (a, b))
+    a, b = as_tensor(a), as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     if a.ndim == 1 or b.ndim == 1:

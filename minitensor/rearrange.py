@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from minitensor.autograd import Function
-from minitensor.ops import unbroadcast
+from minitensor.operands import unbroadcast
 from minitensor.shape_ops import check_dim, dims_from_args, reshape, split
 
 

@@ -1,8 +1,8 @@
 """Differentiable ops that move elements around without changing their values."""
 import numpy as np
 
-from minitensor import ops
 from minitensor.autograd import Function
+from minitensor.operands import dtype_mismatch
 from minitensor.tensor import Tensor
 
 
@@ -177,7 +177,7 @@ def _check_dtypes(op, tensors):
     if not tensors:
         raise ValueError(f"{op}: needs at least one tensor")
     if len({t.dtype for t in tensors}) > 1:
-        raise ops.dtype_mismatch(op, *tensors)
+        raise dtype_mismatch(op, *tensors)
 
 
 def one_dim(op, dim, axis, default=0):

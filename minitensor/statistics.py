@@ -7,6 +7,7 @@ import numpy as np
 
 from minitensor import reductions, unary_ops
 from minitensor.autograd import Function
+from minitensor.operands import as_floating
 
 
 class Var(Function):
@@ -57,7 +58,7 @@ def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):  # var(True): PyTorch's old positional `unbiased`
         dim, unbiased = None, dim
     axis, keepdim = reductions.axis_and_keepdims("var", a, dim, keepdim)
-    a = unary_ops.as_floating(a)
+    a = as_floating(a)
     correction = _correction("var", unbiased, correction)
     return Var.apply(a, axes=reductions.normalize_axis(axis, a.ndim), correction=correction, keepdims=keepdim)
 
@@ -70,5 +71,5 @@ def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def logsumexp(a, dim, keepdim=False):
     """log Σ exp(a) over `dim` (an int or a tuple; required, as in PyTorch), stably."""
     axis, keepdim = reductions.axis_and_keepdims("logsumexp", a, dim, keepdim)
-    a = unary_ops.as_floating(a)
+    a = as_floating(a)
     return LogSumExp.apply(a, axes=reductions.normalize_axis(axis, a.ndim), keepdims=keepdim)

@@ -121,16 +121,13 @@ class Tensor:
     def detach(self):
         return Tensor(self.data)
 
-    def astype(self, dtype):
-        return ops.cast(self, dtype)
-
     def to(self, dtype):
         """This tensor in `dtype` (differentiable); itself if it already has that dtype, as in PyTorch."""
         try:
             dtype = np.dtype(dtype)
         except TypeError:
             raise TypeError(f"to: expected a dtype such as mt.float32, got {dtype!r} (minitensor has no devices)") from None
-        return self if dtype == self.dtype else ops.cast(self, dtype)
+        return self if dtype == self.dtype else self.astype(dtype)
 
     # ---- autograd ----------------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
@@ -166,88 +163,86 @@ class Tensor:
         self._hooks.append(hook)
         return _HookHandle(self._hooks, hook)
 
-    # ---- operators (the ops live in minitensor.ops, comparison, math_ops, shape_ops) ----
+    # ---- operators: each calls the op of its name, a named method (`x + y` is `x.add(y)`,
+    # `2 - x` is `Tensor.sub(2, x)`); `x[i]` and `x[i] = v` are installed with them ----
     def __add__(self, other):
-        return ops.add(self, other)
+        return self.add(other)
 
     def __radd__(self, other):
-        return ops.add(other, self)
+        return Tensor.add(other, self)
 
     def __sub__(self, other):
-        return ops.sub(self, other)
+        return self.sub(other)
 
     def __rsub__(self, other):
-        return ops.sub(other, self)
+        return Tensor.sub(other, self)
 
     def __mul__(self, other):
-        return ops.mul(self, other)
+        return self.mul(other)
 
     def __rmul__(self, other):
-        return ops.mul(other, self)
+        return Tensor.mul(other, self)
 
     def __truediv__(self, other):
-        return ops.div(self, other)
+        return self.div(other)
 
     def __rtruediv__(self, other):
-        return ops.div(other, self)
+        return Tensor.div(other, self)
 
     def __pow__(self, exponent):
-        return ops.pow(self, exponent)
+        return self.pow(exponent)
 
     def __neg__(self):
-        return ops.neg(self)
+        return self.neg()
 
     def __matmul__(self, other):
-        return ops.matmul(self, other)
+        return self.matmul(other)
 
     def __rmatmul__(self, other):
-        return ops.matmul(other, self)
-
-    def __getitem__(self, index):
-        return shape_ops.getitem(self, index)
+        return Tensor.matmul(other, self)
 
     def __rpow__(self, base):
-        return ops.pow(base, self)
+        return Tensor.pow(base, self)
 
     def __abs__(self):
-        return math_ops.abs(self)
+        return self.abs()
 
     # Comparisons and logic give bool tensors without a gradient (minitensor.comparison).
     def __eq__(self, other):
-        return comparison.eq(self, other) if _is_operand(other) else NotImplemented
+        return self.eq(other) if _is_operand(other) else NotImplemented
 
     def __ne__(self, other):
-        return comparison.ne(self, other) if _is_operand(other) else NotImplemented
+        return self.ne(other) if _is_operand(other) else NotImplemented
 
     def __lt__(self, other):
-        return comparison.lt(self, other)
+        return self.lt(other)
 
     def __le__(self, other):
-        return comparison.le(self, other)
+        return self.le(other)
 
     def __gt__(self, other):
-        return comparison.gt(self, other)
+        return self.gt(other)
 
     def __ge__(self, other):
-        return comparison.ge(self, other)
+        return self.ge(other)
 
     def __and__(self, other):
-        return comparison.bitwise_and(self, other)
+        return self.bitwise_and(other)
 
     __rand__ = __and__
 
     def __or__(self, other):
-        return comparison.bitwise_or(self, other)
+        return self.bitwise_or(other)
 
     __ror__ = __or__
 
     def __xor__(self, other):
-        return comparison.bitwise_xor(self, other)
+        return self.bitwise_xor(other)
 
     __rxor__ = __xor__
 
     def __invert__(self):
-        return comparison.bitwise_not(self)
+        return self.bitwise_not()
 
     # `==` is elementwise, so a tensor hashes by identity, as in PyTorch: a dict or set of
     # tensors finds each by `is`. (`t in list` compares with ==: use `any(t is x for x in list)`.)
@@ -295,5 +290,3 @@ def tensor(data, *, dtype=None, requires_grad=False):
     """
     return Tensor(np.array(_as_array(data, dtype), copy=True), requires_grad=requires_grad)
 
-
-from minitensor import comparison, math_ops, ops, shape_ops  # noqa: E402  (ops need Tensor defined first)

@@ -2,6 +2,9 @@
 
 These are the GPT's kernels; more elementwise math is in math_ops, more activations in
 activations. An integer or bool input is computed in the default float dtype (float32).
+
+Every elementwise op is written one way: a Function whose forward computes y from x and
+saves what the derivative needs, and whose backward, beside it, returns dy · dy/dx.
 """
 import math
 
@@ -9,59 +12,72 @@ import numpy as np
 
 from minitensor import dtypes, speed
 from minitensor.autograd import Function, is_grad_enabled
-from minitensor.tensor import DEFAULT_FLOAT, Tensor
-
-
-def as_floating(a):
-    """`a` as a tensor with a floating dtype: an integer or bool one (or a number) in
-    float32, as PyTorch computes `torch.exp(torch.tensor(2))`."""
-    a = a if isinstance(a, Tensor) else Tensor(a)
-    return a if dtypes.is_floating(a.dtype) else Tensor(a.data.astype(DEFAULT_FLOAT))
+from minitensor.math_ops import erf_array
+from minitensor.operands import as_floating
 
 
 class Exp(Function):
-    def forward(self, a):
-        self.out = np.exp(a)
-        return self.out
+    """y = eˣ;  dy/dx = eˣ = y."""
+
+    def forward(self, x):
+        y = np.exp(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad * self.out
+        (y,) = self.saved
+        return grad * y
 
 
 class Log(Function):
-    def forward(self, a):
-        self.save_for_backward(a)
-        return np.log(a)
+    """y = ln x;  dy/dx = 1/x."""
+
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.log(x)
 
     def backward(self, grad):
-        return grad / self.saved[0]
+        (x,) = self.saved
+        return grad / x
 
 
 class Sqrt(Function):
-    def forward(self, a):
-        self.out = np.sqrt(a)
-        return self.out
+    """y = √x;  dy/dx = 1/(2√x) = 1/(2y)."""
+
+    def forward(self, x):
+        y = np.sqrt(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad / (2 * self.out)
+        (y,) = self.saved
+        return grad / (2 * y)
 
 
 class Tanh(Function):
-    def forward(self, a):
-        self.out = np.tanh(a)
-        return self.out
+    """y = tanh x;  dy/dx = 1 − tanh²x = 1 − y²."""
+
+    def forward(self, x):
+        y = np.tanh(x)
+        self.save_for_backward(y)
+        return y
 
     def backward(self, grad):
-        return grad * (1 - self.out**2)
+        (y,) = self.saved
+        return grad * (1 - y**2)
 
 
 class Relu(Function):
-    def forward(self, a):
-        self.positive = a > 0
-        return a * self.positive
+    """y = max(x, 0);  dy/dx = 1 for x > 0, else 0 (0 at 0, as PyTorch)."""
+
+    def forward(self, x):
+        positive = x > 0
+        self.save_for_backward(positive)
+        return x * positive
 
     def backward(self, grad):
-        return grad * self.positive
+        (positive,) = self.saved
+        return grad * positive
 
 
 class Gelu(Function):
@@ -133,6 +149,20 @@ class Gelu(Function):
         d *= 0.5
 
 
+class GeluErf(Function):
+    """The exact GELU: y = x·Φ(x), Φ(x) = ½(1 + erf(x/√2));  dy/dx = Φ(x) + x·φ(x),
+    φ(x) = e^(−x²/2)/√(2π)."""
+
+    def forward(self, x):
+        phi = (0.5 * (1 + erf_array(x / math.sqrt(2)))).astype(x.dtype, copy=False)
+        self.save_for_backward(x, phi)
+        return x * phi
+
+    def backward(self, grad):
+        x, phi = self.saved
+        return grad * (phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
 def exp(a):
     return Exp.apply(as_floating(a))
 
@@ -153,6 +183,9 @@ def relu(a):
     return Relu.apply(a)
 
 
-def gelu(a):
-    """GELU with the tanh approximation (GPT-2's); activations.gelu takes `approximate=`."""
-    return Gelu.apply(as_floating(a))
+def gelu(x, approximate="tanh"):
+    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
+    GPT's fused kernel, Gelu; the default here, where PyTorch's default is 'none')."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return (Gelu if approximate == "tanh" else GeluErf).apply(as_floating(x))

@@ -13,7 +13,8 @@ inside functions: a lazy import is still a dependency.
     6. parallel.checkpoint imports neither pipeline nor train.
     7. Only the benchmarks import the job (parallel.train): they time it.
     8. No two modules import each other, directly or through others (no cycles), but the
-       engine's core (ENGINE_CORE): Tensor's methods call the op modules, which make Tensors.
+       engine's core (ENGINE_CORE): an op's Function makes Tensors, a Tensor's backward
+       walks the Functions.
 
 And the shape of the tree: at most 6 modules at the top of parallel/ (each axis is a
 package), no library file over 300 lines.
@@ -35,13 +36,8 @@ EXCEPTIONS = [
     ("parallel.pipeline.tied", "parallel.data_parallel.reducer",
      "the one gradient reducer also sums the tied embedding's copies across the pipeline's ends"),
 ]
-# The one cycle by design, as in PyTorch: `x.exp()` is a method of Tensor that runs an op,
-# and every op returns a Tensor. tensor.py imports the op modules its operators call at its
-# end, after the class exists (the named methods come from minitensor.methods, outside the
-# cycle); autograd imports Tensor inside the function that needs it. Inside the cycle,
-# modules import each other as modules (`from minitensor import ops`), never names from them.
-ENGINE_CORE = ["minitensor.autograd", "minitensor.comparison", "minitensor.math_ops", "minitensor.ops",
-               "minitensor.shape_ops", "minitensor.tensor", "minitensor.unary_ops"]
+# The one cycle by design: Function.apply makes the Tensor an op returns, and Tensor.backward() walks the Functions.
+ENGINE_CORE = ["minitensor.autograd", "minitensor.tensor"]
 
 
 def module_name(path):

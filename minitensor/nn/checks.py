@@ -2,7 +2,7 @@
 parameters' dtype, class indices that are integers and in range."""
 import numpy as np
 
-from minitensor.ops import dtype_mismatch
+from minitensor.operands import dtype_mismatch
 from minitensor.tensor import Tensor
 
 

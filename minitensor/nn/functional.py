@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from minitensor import dtypes, unary_ops
-from minitensor.activations import elu, gelu, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa
+from minitensor.activations import elu, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa
 from minitensor.autograd import Function
 from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
 from minitensor.nn.checks import check_class_targets, index_array, input_in_dtype_of
@@ -290,4 +290,4 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     weights = dropout(weights, dropout_p, training, generator)
     return weights @ v
 
-relu = unary_ops.relu
+gelu, relu = unary_ops.gelu, unary_ops.relu  # the GPT's kernels (minitensor.unary_ops)

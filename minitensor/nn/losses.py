@@ -11,7 +11,7 @@ import numpy as np
 from minitensor import reductions
 from minitensor.autograd import Function
 from minitensor.nn.checks import check_class_targets
-from minitensor.ops import dtype_mismatch, unbroadcast
+from minitensor.operands import dtype_mismatch, unbroadcast
 from minitensor.tensor import Tensor
 
 REDUCTIONS = ("none", "mean", "sum")

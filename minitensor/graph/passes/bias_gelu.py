@@ -10,7 +10,7 @@ its bias).
 import numpy as np
 
 from minitensor.graph.passes.rewrite import finish, fresh_name, nbytes, with_inserted
-from minitensor.ops import unbroadcast
+from minitensor.operands import unbroadcast
 from minitensor.unary_ops import Gelu
 
 
