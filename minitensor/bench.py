@@ -1,6 +1,6 @@
 """Benchmark one GPT training step (forward, backward, AdamW) in float32.
 
-    python -m minitensor.bench [--steps N] [--warmup N] [--no-torch] [--configs small medium tiny]
+    python -m minitensor.bench [--steps N] [--warmup N] [--blas-threads N] [--no-torch] [--configs small medium tiny]
     python -m minitensor.bench --graph     (the graph rewrites' effect: minitensor.bench_graph)
 
 `--configs tiny` runs the small GPT's ops at d_model 8 on 4 tokens, where their arithmetic
@@ -15,7 +15,8 @@ utilisation and the peak memory of a step. Beside it, the numpy limit: the same 
 written by hand in numpy with no autograd (`bench_numpy`), and the engine's ratio to it,
 what its graph and Tensor objects cost. If PyTorch is installed it also times the same
 architecture in PyTorch eager on the CPU, with torch's thread count set to numpy's BLAS
-thread count. The engine and the numpy limit alternate step by step: their ratio is the
+thread count: one unless `--blas-threads N` (the flags every benchmark shares,
+`bench_cli`). The engine and the numpy limit alternate step by step: their ratio is the
 median over pairs of adjacent steps (`pair_ratios`), beside the middle half of those pair
 ratios (their spread); torch runs in blocks and its ratio is the median over rounds of each
 round's ratio (`paired_ratio`). torch is optional: it is imported only inside `bench_torch.torch_step`.
@@ -33,14 +34,13 @@ Peak memory: the largest increase of the process's resident memory over one step
 (Linux's VmHWM, reset before the step, after handing freed memory back to the OS), the
 same measure for both libraries; "-" where /proc is not there.
 """
-import argparse
 import statistics
-import time
 
 import numpy as np
 
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
+from minitensor.bench_cli import bench_parser, run_bench
 from minitensor.bench_graph import graph_main
 from minitensor.bench_numpy import numpy_step
 from minitensor.bench_timing import (
@@ -51,12 +51,13 @@ from minitensor.bench_timing import (
     pair_ratios,
     paired_ratio,
     peak_step_bytes,
+    quartiles,
     random_batch,
+    seconds_of,
     time_steps,
     training_step,
 )
 from minitensor.bench_torch import torch_step
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
 from minitensor.kernel_threads import blas_threads
 from minitensor.models.gpt import GPT
 
@@ -77,12 +78,7 @@ def gemm_probe():
     a, b = (rng.standard_normal((GEMM_SIZE, GEMM_SIZE)).astype(np.float32) for _ in range(2))
     out = np.empty_like(a)
 
-    def probe():
-        start = time.perf_counter()
-        np.matmul(a, b, out=out)
-        return time.perf_counter() - start
-
-    return probe
+    return lambda: seconds_of(np.matmul, a, b, out)
 
 
 def minitensor_step(config, batch):
@@ -99,9 +95,7 @@ def numpy_limit_step(config, batch):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per config")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each block")
+    parser = bench_parser(None, __doc__, steps=20, warmup=1)
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), choices=list(CONFIGS),
                         help="tiny: the small GPT's ops with almost no arithmetic, each step's fixed cost")
@@ -109,7 +103,10 @@ def main(argv=None):
                         help="leave malloc's defaults (freed memory goes back to the OS every step)")
     parser.add_argument("--graph", action="store_true",
                         help="nodes, bytes and step time before -> after the graph rewrites (medium GPT)")
-    args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run)
+
+
+def run(args):
     kept = not args.release_memory and keep_freed_memory()
     if args.graph:
         return graph_main(args, kept)
@@ -149,7 +146,7 @@ def main(argv=None):
                     f"{mib(torch_peak):>9}")
         numpy_ms = 1e3 * statistics.median(every_step(numpy_rounds))
         ratios = pair_ratios(rounds, numpy_rounds)
-        middle = f"{np.percentile(ratios, 25):.2f}-{np.percentile(ratios, 75):.2f}"
+        middle = "{:.2f}-{:.2f}".format(*quartiles(ratios))
         print(f"{name:<8} {ms:9.1f} {tokens:10.0f} {share:6.0%} {flops / (ms / 1e3) / rate:5.0%} "
               f"{mib(peak):>9} {numpy_ms:9.1f} {statistics.median(ratios):5.2f}x {middle:>11} {tail}")
 

@@ -12,8 +12,6 @@ import functools
 import statistics
 from collections import Counter
 
-import numpy as np
-
 import minitensor as mt
 from minitensor import bench_timing, graph
 from minitensor.graph.ir import LEAF_OPS
@@ -74,5 +72,5 @@ def compare(name, args, kept):
           f"{'kept' if kept else 'released'}): before {ms[0]:.1f} ms, after {ms[1]:.1f} ms, "
           f"ratio {statistics.median(ratios):.3f}x; peak step memory before {bench_timing.mib(peaks[0])} MiB, "
           f"after {bench_timing.mib(peaks[1])} MiB")
-    spread = [np.subtract(*np.percentile(t, [75, 25])) * 1e3 for t in (times, times_after)]
+    spread = [(high - low) * 1e3 for low, high in (bench_timing.quartiles(t) for t in (times, times_after))]
     print(f"run-to-run spread (interquartile range): before {spread[0]:.1f} ms, after {spread[1]:.1f} ms\n")

@@ -1,7 +1,16 @@
-"""How the benchmarks time a training step: the two GPT configs, a fixed random batch, one
-AdamW step of a model (or of its traced graph), timed steps alternating with a partner's
-(step by step) and another library's (in blocks), the seconds inside matrix products, the
-paired ratios, the peak memory of a step. `python -m minitensor.bench` and its `--graph` view (bench_graph.py) share it.
+"""How the benchmarks time their calls. Every benchmark (`python -m minitensor.bench`,
+`python -m parallel.bench NAME`) times with the same few functions:
+
+    timed_calls(call, repeats, warmup=1, before=tuple)   seconds of each timed call(*before())
+    median_seconds(call, repeats, warmup=1, before=tuple) their median
+    timed_turns(calls, repeats, warmup=1)                 several calls taking turns, call by call
+    quartiles(values)                                     the middle half: a printed spread
+
+(on the BLAS threads minitensor.bench_cli sets: one unless asked). `python -m minitensor.bench`
+and its `--graph` view (bench_graph.py) add what a GPT step needs: the GPT configs, a fixed
+random batch, one AdamW step of a model (or of its traced graph), timed steps alternating
+with a partner's (step by step) and another library's (in blocks), the seconds inside
+matrix products, the paired ratios, the peak memory of a step.
 """
 import ctypes
 import ctypes.util
@@ -134,21 +143,45 @@ def time_steps(step, steps, warmup, partner=None, others=(), rounds=4, probe=Non
             probes.append(probe())
         for other, rounds_of_other in zip(others, other_times):
             if other:
-                rounds_of_other.append(time_block(other, block, warmup))
+                rounds_of_other.append(timed_calls(other, block, warmup))
     return times, matmul, partner_times if partner else None, other_times, probes
 
 
-def seconds_of(step):
+def seconds_of(call, *args):
     start = time.perf_counter()
-    step()
+    call(*args)
     return time.perf_counter() - start
 
 
-def time_block(step, count, warmup):
-    """Seconds of each of `count` calls of step(), after `warmup` untimed ones."""
+def timed_calls(call, repeats, warmup=1, before=tuple):
+    """Seconds of each of `repeats` calls of call(*before()), after `warmup` untimed ones.
+
+    before() runs untimed before every call, warm-up included: it returns the call's arguments
+    (a fresh batch) and may line ranks up (a barrier) or reset counters, so only the call is timed."""
     for _ in range(warmup):
-        step()
-    return [seconds_of(step) for _ in range(count)]
+        call(*before())
+    return [seconds_of(call, *before()) for _ in range(repeats)]
+
+
+def median_seconds(call, repeats, warmup=1, before=tuple):
+    """The median of timed_calls: what a benchmark prints as "median of N"."""
+    return statistics.median(timed_calls(call, repeats, warmup, before))
+
+
+def timed_turns(calls, repeats, warmup=1):
+    """Seconds of each timed call of each of `calls` (a list per call): the calls take turns,
+    each once per turn, for `warmup` untimed turns and `repeats` timed ones, so a machine whose
+    load changes slows them alike, not whichever ran last."""
+    for _ in range(warmup):
+        for call in calls:
+            call()
+    turns = [[seconds_of(call) for call in calls] for _ in range(repeats)]
+    return [list(seconds) for seconds in zip(*turns)]
+
+
+def quartiles(values):
+    """(25th, 75th percentile): the middle half of `values`, the spread a benchmark prints."""
+    return tuple(float(q) for q in np.percentile(values, [25, 75]))
 
 
 def every_step(rounds):

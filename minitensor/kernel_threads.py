@@ -93,6 +93,24 @@ def blas_thread_per_rank(ranks):
 
 
 @contextlib.contextmanager
+def blas_threads_of(threads):
+    """Run the block on `threads` BLAS threads (then restore the count); None leaves the count alone,
+    as does a BLAS whose count cannot be set (not numpy's OpenBLAS). The benchmarks run this way
+    (minitensor.bench_cli: one thread unless asked), so a bench in one process and a rank under
+    mpiexec time the same single-threaded products."""
+    set_threads = _openblas("set") if threads else None
+    if set_threads is None:
+        yield
+        return
+    before = blas_threads()
+    set_threads(threads)
+    try:
+        yield
+    finally:
+        set_threads(before)
+
+
+@contextlib.contextmanager
 def _blas_on_one_thread(wanted):
     """One BLAS thread in the block if `wanted` (and BLAS is numpy's OpenBLAS, whose count can be set)."""
     set_threads = _openblas("set") if wanted else None

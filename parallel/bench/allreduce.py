@@ -3,7 +3,7 @@
     python -m parallel.bench allreduce [--ranks 2 4] [--max-mib 64]
 
 Launches itself under mpiexec once per rank count and prints, per buffer size,
-the median time over repetitions (each repetition timed as its slowest rank)
+the median time over repetitions (each repetition timed as its slowest rank, after one untimed)
 and the bus bandwidth as nccl-tests defines it:
 
     algbw = bytes / time        busbw = algbw * 2(n-1)/n
@@ -11,48 +11,34 @@ and the bus bandwidth as nccl-tests defines it:
 busbw is what each rank's link carries, so it is comparable across n.
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_1, parse_checked
-from parallel.launch import run_on_mpi_ranks
+from minitensor.bench_cli import bench_parser, run_bench
+from minitensor.bench_timing import timed_calls
+from minitensor.flags import AT_LEAST_1
+from parallel.bench import run_workers, slowest_median, together
 
 KIB, MIB = 1024, 1024 * 1024
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench allreduce", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench allreduce", __doc__, blas_threads=False)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts to run (default 2 4)")
     parser.add_argument("--max-mib", type=int, default=64, help="largest buffer in MiB (default 64)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "max_mib": AT_LEAST_1})
+    return run_bench(parser, argv, run, {"ranks": AT_LEAST_1, "max_mib": AT_LEAST_1})
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(args.max_mib * MIB)
     for n in args.ranks:
-        print(run_on_mpi_ranks(n, "parallel.bench", "allreduce", "--worker", "--max-mib", args.max_mib), end="")
+        print(run_workers(n, "allreduce", args, "--max-mib", args.max_mib), end="")
     return 0
 
 
 def repetitions(nbytes):
     """Enough repetitions for a stable median, without making the large sizes take minutes."""
     return max(5, min(100, (64 * MIB) // max(nbytes, 1) // 4))
-
-
-def median_time(group, run, reps):
-    """Median over repetitions of the slowest rank's time (all ranks start together after a barrier)."""
-    import numpy as np
-    run()  # warm up: first-touch pages, MPI connection setup
-    times = np.empty(reps)
-    for i in range(reps):
-        group.barrier()
-        start = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - start
-    group.all_reduce(times, op="max")
-    return float(np.median(times))
 
 
 def run_worker(max_bytes):
@@ -69,8 +55,10 @@ def run_worker(max_bytes):
     for nbytes in sizes:
         buf = np.zeros(nbytes // 4, np.float32)
         reps = repetitions(nbytes)
-        mpi = median_time(group, lambda: group.all_reduce(buf), reps)
-        ring = median_time(group, lambda: group.all_reduce(buf, algorithm="ring"), reps)
+        # one untimed call first: first-touch pages, MPI connection setup
+        mpi = slowest_median(group, timed_calls(lambda: group.all_reduce(buf), reps, before=together(group)))
+        ring = slowest_median(group, timed_calls(lambda: group.all_reduce(buf, algorithm="ring"), reps,
+                                                 before=together(group)))
         if group.rank == 0:
             bus = lambda t: nbytes / t * 2 * (n - 1) / n / 1e9
             print(f"{human(nbytes):>8} {mpi * 1e3:>8.3f} ms {bus(mpi):>6.2f} GB/s {ring * 1e3:>8.3f} ms "

@@ -34,17 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import collect, report
-from parallel.launch import run_on_mpi_ranks
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1
+from parallel.bench import collect, report, run_workers
 
 METHODS = ["none", "powersgd:4", "topk:0.01", "sign", "local:4", "localsgd:4"]
 BATCH = 128  # the global batch of chapters 12 and 13's tables (the main job's recipe then; it trains at 64 now)
 TIMING_WARMUP = 4  # steps run before the timed ones (first-touch allocations, caches)
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench compress", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench compress", __doc__)
     parser.add_argument("--dp", type=int, nargs="+", default=[2, 4], help="dp sizes (default 2 4)")
     parser.add_argument("--links", nargs="+", default=["100mbe", "1gbe", "loopback"],
                         help="links (default 100mbe 1gbe loopback)")
@@ -57,8 +57,8 @@ def parse(argv):
                         help="timed steps per link (default 32; a multiple of local:H); 0: skip the timing")
     parser.add_argument("--results", metavar="FILE.jsonl", help="append each run here; runs already in it are skipped")
     parser.add_argument("--worker", nargs=3, metavar=("METHOD", "LINK", "SEED"), help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"dp": AT_LEAST_1, "max_steps": AT_LEAST_1, "eval_every": AT_LEAST_1,
-                                        "timing_steps": AT_LEAST_0})
+    return run_bench(parser, argv, run, {"dp": AT_LEAST_1, "max_steps": AT_LEAST_1, "eval_every": AT_LEAST_1,
+                                         "timing_steps": AT_LEAST_0})
 
 
 def train_flags(method, link, seed, dp, max_steps):
@@ -89,10 +89,10 @@ class Runs:
         found = self.done.get((kind, dp, link, method, seed))
         if found is not None:
             return found
-        flags = ["--worker", method, link, seed, "--dp", dp, "--max-steps", args.max_steps,
+        flags = [method, link, seed, "--dp", dp, "--max-steps", args.max_steps,
                  "--eval-every", args.eval_every, "--target", args.target,
                  "--timing-steps", args.timing_steps if kind == "timing" else 0]
-        figures, = collect(run_on_mpi_ranks(dp, "parallel.bench", "compress", *map(str, flags)))
+        figures, = collect(run_workers(dp, "compress", args, *flags))
         self.done[self.key(figures)] = figures
         if self.path:
             with self.path.open("a") as f:
@@ -100,13 +100,12 @@ class Runs:
         return figures
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(args)
     print(f"addition task, parallel.train's default model, float32; target {args.target:.0%} held-out exact "
           f"match, evaluated every {args.eval_every} steps, at most {args.max_steps} steps; seeds {args.seeds}; "
-          f"mpiexec, 1 BLAS thread per rank\nsteps to the target measured once per method and seed (on loopback: "
+          f"mpiexec, {threads_note(args)}\nsteps to the target measured once per method and seed (on loopback: "
           f"a link changes no arithmetic); per link {args.timing_steps} timed steps; seconds = steps x step s",
           flush=True)
     runs, rows = Runs(args.results), []

@@ -18,10 +18,10 @@ split by default, "c" over the contiguous split, "u" Ulysses (two all-to-alls, z
                   layout.ring_elements (ring) or all_to_all_elements (Ulysses) × layers × 4 bytes
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import report, run_layouts
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.bench_timing import timed_calls
+from parallel.bench import report, run_layouts, slowest_median, together
 
 CONFIG = dict(vocab_size=64, block_size=1024, n_layer=2, n_head=4, d_model=64)
 BATCH = 2
@@ -46,23 +46,19 @@ def formula_cp_bytes(cp, comm_type, word=4):
     return CONFIG["n_layer"] * (per_layer["forward"] + per_layer["backward"]) * word
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench cp", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench cp", __doc__, steps=3, warmup=1)
     parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS),
                         help="cp sizes to run; c = the contiguous split, u = Ulysses (default: all)")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per layout (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--worker", choices=list(LAYOUTS), help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run)
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(*LAYOUTS[args.worker], args.steps, args.warmup)
-    print(f"GPT {CONFIG}, batch {BATCH}, causal, float32, AdamW; 1 BLAS thread per rank")
-    print_table(run_layouts("cp", args.layouts, {layout: LAYOUTS[layout][0] for layout in args.layouts},
-                            args.steps, args.warmup))
+    print(f"GPT {CONFIG}, batch {BATCH}, causal, float32, AdamW; {threads_note(args)}")
+    print_table(run_layouts("cp", args.layouts, {layout: LAYOUTS[layout][0] for layout in args.layouts}, args))
     return 0
 
 
@@ -96,25 +92,27 @@ def run_worker(cp, layout, comm_type, steps, warmup):
     model.configure_optimizer(lr=3e-4)
     rng = np.random.default_rng(0)
     shape = (BATCH, CONFIG["block_size"])
-    times = np.empty(steps)
-    for step in range(warmup + steps):
+
+    def batch():
         idx, targets = rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
-        world.barrier()
         model.reset_communication_stats()
         if model.context is not None:
             model.context.reset_work()
-        start = time.perf_counter()
+        return idx, targets
+
+    sent = {}
+
+    def step(idx, targets):
         model.train_step(idx, targets)
-        sent = model.communication_stats().get(("cp", "send"), {"bytes": 0})["bytes"]
+        sent["bytes"] = model.communication_stats().get(("cp", "send"), {"bytes": 0})["bytes"]
         model.optimizer_step()
-        if step >= warmup:
-            times[step - warmup] = time.perf_counter() - start
+
+    step_s = slowest_median(world, timed_calls(step, steps, warmup, before=together(world, batch)))
     work = model.context.work if model.context is not None else 0
     works = world.all_gather(np.array([work], dtype=np.int64))
-    world.all_reduce(times, op="max")
     if world.rank == 0:
         report({"cp": cp, "layout": layout if cp > 1 else "-", "comm": comm_type if cp > 1 else "-",
-                "step_s": float(np.median(times)),
-                "activation_bytes": int(model.pipeline.peak_activation_bytes), "cp_bytes": int(sent),
+                "step_s": step_s,
+                "activation_bytes": int(model.pipeline.peak_activation_bytes), "cp_bytes": int(sent["bytes"]),
                 "work": [int(w) for w in works] if cp > 1 else [1]})
     return 0

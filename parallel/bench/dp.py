@@ -11,40 +11,33 @@ so n ranks process n times the tokens of one (weak scaling; perfect scaling = n�
     tokens/s   = ranks · batch · block / step time
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import collect, report
-from parallel.launch import run_on_mpi_ranks
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.bench_timing import timed_calls
+from minitensor.flags import AT_LEAST_1
+from parallel.bench import collect, report, run_workers, slowest_median, together
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench dp", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench dp", __doc__, steps=8, warmup=2)
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts to run (default 1 2)")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per rank count (default 8)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--no-overlap", action="store_true", help="all-reduce after backward, not during it")
     parser.add_argument("--link", help="simulate a network (parallel.comm.link: a name or ALPHA,BETA)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run, {"ranks": AT_LEAST_1})
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(args.steps, args.warmup, overlap=not args.no_overlap, link=args.link)
     print(f"medium GPT {CONFIG}, batch {BATCH} per rank, float32, AdamW, DataParallel "
-          f"(overlap {'off' if args.no_overlap else 'on'}); 1 BLAS thread per rank"
+          f"(overlap {'off' if args.no_overlap else 'on'}); {threads_note(args)}"
           + (f"; simulated link {args.link}" if args.link else ""))
-    results = []
-    for n in args.ranks:
-        flags = ["--worker", "--steps", args.steps, "--warmup", args.warmup] + (["--no-overlap"] if args.no_overlap else [])
-        flags += ["--link", args.link] if args.link else []
-        results += collect(run_on_mpi_ranks(n, "parallel.bench", "dp", *flags))
-    print_table(results)
+    flags = (["--no-overlap"] if args.no_overlap else []) + (["--link", args.link] if args.link else [])
+    print_table([figures for n in args.ranks for figures in collect(run_workers(n, "dp", args, *flags))])
     return 0
 
 
@@ -72,18 +65,16 @@ def run_worker(steps, warmup, overlap, link=None):
     opt = AdamW(model.parameters(), lr=3e-4)
     rng = np.random.default_rng(group.rank)
     shape = (BATCH, CONFIG["block_size"])
-    times = np.empty(steps)
-    for step in range(warmup + steps):
-        idx, targets = rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
-        group.barrier()
-        start = time.perf_counter()
+
+    def batch():
+        return rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
+
+    def step(idx, targets):
         opt.zero_grad()
         dp(idx, targets)[1].backward()
         opt.step()
-        if step >= warmup:
-            times[step - warmup] = time.perf_counter() - start
-    group.all_reduce(times, op="max")
-    step_s = float(np.median(times))
+
+    step_s = slowest_median(group, timed_calls(step, steps, warmup, before=together(group, batch)))
     if group.rank == 0:
         tokens = group.size * BATCH * CONFIG["block_size"]
         report({"ranks": group.size, "step_s": step_s, "tokens_per_s": tokens / step_s})

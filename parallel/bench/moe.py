@@ -15,14 +15,15 @@ Printed (float32, one BLAS thread's worth of numpy; ranks as threads):
                   GPT and of the MoE GPT with the same active parameters per token (top-1):
                   E times the MLP parameters for about the dense FLOPs
 """
-import argparse
-import time
+import functools
 
 import numpy as np
 
 import minitensor as mt
+from minitensor.bench_cli import bench_parser, run_bench
+from minitensor.bench_timing import timed_calls
 from minitensor.data import AdditionTask
-from minitensor.flags import AT_LEAST_1, parse_checked
+from minitensor.flags import AT_LEAST_1
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
@@ -46,18 +47,19 @@ def train(cfg, task, steps):
     mt.manual_seed(0)
     model = GPT(cfg)
     optimizer = AdamW(model.parameters(), lr=LR)
-    rng, times, losses, loads = np.random.default_rng(0), [], [], []
-    for _ in range(steps):
-        idx, targets = task.get_batch(BATCH, generator=rng)
-        start = time.perf_counter()
+    rng, losses, loads = np.random.default_rng(0), [], []
+
+    def step(idx, targets):
         model.zero_grad()
         _, loss = model(idx, targets)
         loss.backward()
         optimizer.step()
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
+        losses.append(loss.item())  # these two records take microseconds of a step's milliseconds
         if cfg.n_experts:
             loads.append(np.concatenate([block.mlp.load for block in model.blocks if hasattr(block.mlp, "load")]))
+
+    # every step is timed (no warm-up): the losses and loads are those of `steps` training steps
+    times = timed_calls(step, steps, warmup=0, before=lambda: task.get_batch(BATCH, generator=rng))
     return float(np.median(times)), float(np.mean(losses[-10:])), (np.sum(loads[-10:], axis=0) if loads else None)
 
 
@@ -84,11 +86,13 @@ def all_to_all_step(cfg, task, ep):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench moe", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=100, help="training steps per model")
+    parser = bench_parser("python -m parallel.bench moe", __doc__, steps=100)
     parser.add_argument("--experts", type=int, default=4, help="experts per MoE block (E)")
     parser.add_argument("--ep", type=int, default=2, help="expert-parallel ranks for the all-to-all count")
-    args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "experts": AT_LEAST_1, "ep": AT_LEAST_1})
+    return run_bench(parser, argv, functools.partial(run, parser), {"experts": AT_LEAST_1, "ep": AT_LEAST_1})
+
+
+def run(parser, args):
     if args.experts % args.ep:
         parser.error(f"--experts {args.experts} is not divisible by --ep {args.ep}")
     task = AdditionTask(digits=2, seed=0)

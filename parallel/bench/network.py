@@ -21,28 +21,27 @@ import sys
 
 import numpy as np
 
-from minitensor.flags import AT_LEAST_1, parse_checked
+from minitensor.bench_cli import bench_parser, run_bench
+from minitensor.bench_timing import timed_calls
 
 from ..launch import find_mpiexec
 from ..plan.calibrate import ping_pong
+from . import slowest_median, together
 from ._hosts import TwoHosts, can_make_hosts
-from .allreduce import median_time
 
 SIZES = [2 ** k for k in range(10, 23, 2)]  # 1 KiB … 4 MiB
 REPEATS = 9  # per size: the median of the slowest rank's times
 STEP = re.compile(r"trained (\d+) steps in \S+ \(([\d.]+) s\)")
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench network", description=__doc__.split("\n")[0])
-    parser.add_argument("--rates", nargs="+", default=["100mbit", "1gbit"], help="link rates, tc syntax")
-    parser.add_argument("--steps", type=int, default=40, help="training steps per job (default 40)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"steps": AT_LEAST_1})
-
-
 def main(argv):
-    args = parse(argv)
+    parser = bench_parser("python -m parallel.bench network", __doc__, steps=40, blas_threads=False)
+    parser.add_argument("--rates", nargs="+", default=["100mbit", "1gbit"], help="link rates, tc syntax")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return run_bench(parser, argv, run)
+
+
+def run(args):
     if args.worker:
         return measure_sizes()
     problem = can_make_hosts()
@@ -117,10 +116,14 @@ def measure_sizes():
     import parallel
     group = parallel.world()
     result = {"sizes": SIZES, "send_recv": [], "all_reduce": []}
+
+    def median(call):
+        return slowest_median(group, timed_calls(call, REPEATS, before=together(group)))
+
     for nbytes in SIZES:
         buf = np.zeros(nbytes // 4, np.float32)
-        result["send_recv"].append(median_time(group, lambda: ping_pong(group, buf), REPEATS) / 2)
-        result["all_reduce"].append(median_time(group, lambda: group.all_reduce(buf), REPEATS))
+        result["send_recv"].append(median(lambda: ping_pong(group, buf)) / 2)
+        result["all_reduce"].append(median(lambda: group.all_reduce(buf)))
     if group.rank == 0:
         print(json.dumps(result), flush=True)
     return 0

@@ -18,11 +18,11 @@ checkpointing and the zero-bubble zb-h1 and zb-h2.
                  their W), and their bytes
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import collect, report
-from parallel.launch import run_on_mpi_ranks
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.bench_timing import timed_calls
+from minitensor.flags import AT_LEAST_1
+from parallel.bench import collect, report, run_workers, slowest_median
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
@@ -31,29 +31,24 @@ VARIANTS = {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False), "1f1b+ckpt": ("1
 SHOWN = (("1f1b", "zb-h1"), 4)  # the timelines drawn side by side: these schedules at this m
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench pp", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench pp", __doc__, steps=3, warmup=1)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="pipeline sizes p (default 2 4)")
     parser.add_argument("--microbatches", type=int, nargs="+", default=[2, 4, 8],
                         help="micro-batch counts m (default 2 4 8; must divide the batch of 8)")
     parser.add_argument("--schedules", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
                         help="which schedules (default: all)")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per case (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"microbatches": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run, {"microbatches": AT_LEAST_1})
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(args.schedules, args.microbatches, args.steps, args.warmup)
     print(f"medium GPT {CONFIG}, global batch {BATCH}, float32, AdamW; p ranks under mpiexec, "
-          f"1 BLAS thread per rank")
+          f"{threads_note(args)}")
     for ranks in args.ranks:
-        out = run_on_mpi_ranks(ranks, "parallel.bench", "pp", "--worker", "--steps", args.steps,
-                               "--warmup", args.warmup, "--microbatches", *args.microbatches,
-                               "--schedules", *args.schedules)
+        out = run_workers(ranks, "pp", args, "--microbatches", *args.microbatches, "--schedules", *args.schedules)
         (figures,) = collect(out)
         print(f"\npp = {ranks}")
         print_table(figures["rows"])
@@ -83,12 +78,11 @@ def run_worker(schedules, microbatches, steps, warmup):
     rows, timelines = [], {}
     for name in schedules:
         for m in microbatches:
-            pipe, times = run_case(group, *VARIANTS[name], m, steps, warmup)
-            group.all_reduce(times, op="max")
+            pipe, step_s = run_case(group, *VARIANTS[name], m, steps, warmup)
             measured, theory = pipe.bubble()
             timeline = pipe.timeline()
             peaks = group.all_gather(np.array([pipe.peak_activations, pipe.peak_activation_bytes], dtype=np.int64))
-            rows.append({"schedule": name, "m": m, "step_s": float(np.median(times)), "bubble": measured,
+            rows.append({"schedule": name, "m": m, "step_s": step_s, "bubble": measured,
                          "theory": theory, **bubble_at_measured_costs(timeline, pipe),
                          "peaks": peaks[0::2].tolist(), "bytes": peaks[1::2].tolist()})
             if name in SHOWN[0] and m == SHOWN[1]:
@@ -118,7 +112,8 @@ def bubble_at_measured_costs(timeline, pipe):
 
 
 def run_case(group, schedule, checkpoint, m, steps, warmup):
-    """Train `warmup + steps` steps; the pipeline (for its last step's timeline) and the timed steps."""
+    """Train `warmup + steps` steps; the pipeline (for its last step's timeline) and the median
+    of the slowest rank's timed steps."""
     import numpy as np
 
     import minitensor as mt
@@ -131,12 +126,12 @@ def run_case(group, schedule, checkpoint, m, steps, warmup):
     mt.manual_seed(0)
     pipe = parallel.Pipeline.from_gpt(GPT(GPTConfig(**CONFIG)), group, m, schedule, checkpoint=checkpoint)
     opt = AdamW(pipe.parameters(), lr=3e-4)
-    times = np.empty(steps)
-    for step in range(warmup + steps):
-        idx, targets = rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
-        start = time.perf_counter()
+
+    def batch():
+        return rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
+
+    def step(idx, targets):
         pipe.train_step(idx, targets)
         opt.step()
-        if step >= warmup:
-            times[step - warmup] = time.perf_counter() - start
-    return pipe, times
+
+    return pipe, slowest_median(group, timed_calls(step, steps, warmup, before=batch))

@@ -6,14 +6,13 @@ ops are scalar loops, so minitensor multiplies 16-bit matrices in float32 BLAS
 (minitensor.dtypes) and pays a conversion on every GEMM; bfloat16 (ml_dtypes) converts
 faster. The first table measures that; the second, one training step of the GPT.
 """
-import argparse
-import time
-
 import numpy as np
 
 import minitensor as mt
 from minitensor import dtypes
 from minitensor.amp import precision_policy
+from minitensor.bench_cli import bench_parser, run_bench
+from minitensor.bench_timing import median_seconds
 from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm import run_threads
@@ -21,16 +20,6 @@ from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from ..plan.memory import param_bytes_per_rank
 from ..plan.validate_worker import measure_memory
-
-
-def median_seconds(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def gemm_table(n, repeats):
@@ -57,30 +46,31 @@ def step_row(precision, config, dp, batch, steps):
         model = HybridGPT(GPT(config), Mesh(dp, 1, 1), precision=precision)
         model.configure_optimizer()
         idx = np.random.default_rng(0).integers(0, config.vocab_size, (batch, config.block_size))
-        times, memory = [], None
-        for step in range(steps + 1):
-            start = time.perf_counter()
+        memory = {}
+
+        def step():
             model.train_step(idx, np.roll(idx, -1, axis=1))
             model.finish_grad_sync()
-            memory = measure_memory(model)
+            memory.update(measure_memory(model))
             model.optimizer_step()
-            times.append(time.perf_counter() - start)
-        return float(np.median(times[1:])), memory
+
+        return median_seconds(step, steps), memory  # after one untimed step
     seconds, memory = run_threads(dp, rank)[0]
     formula = param_bytes_per_rank(config, dp, 1, 1, dtype=precision)
     return seconds, memory, formula
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench precision", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser("python -m parallel.bench precision", __doc__, steps=5)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--dp", type=int, default=1, help="data-parallel ranks (threads)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up)")
     parser.add_argument("--gemm", type=int, default=256, help="GEMM size of the first table")
-    args = parser.parse_args(argv)
+    return run_bench(parser, argv, run)
+
+
+def run(args):
     print(gemm_table(args.gemm, repeats=10))
     config = GPTConfig(vocab_size=64, block_size=32, n_layer=args.n_layer, n_head=4, d_model=args.d_model)
     policies = ["fp32", "fp16"] + (["bf16"] if dtypes.bfloat16 is not None else [])

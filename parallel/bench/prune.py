@@ -11,14 +11,15 @@ non-zero ones). Zeros in a dense matrix cost the same multiply-adds as any other
 so unstructured sparsity saves no time here (it needs sparse kernels or hardware that
 skips zeros); removing whole heads and neurons makes every matrix smaller, and that does.
 """
-import argparse
 import copy
-import time
+import functools
+import statistics
 
 import numpy as np
 
 import minitensor as mt
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
+from minitensor.bench_cli import bench_parser, run_bench
+from minitensor.bench_timing import timed_turns
 from minitensor.models import GPT, GPTConfig
 from minitensor.prune import MagnitudePruner, prune_heads, prune_neurons, units_to_prune
 
@@ -45,34 +46,28 @@ def batch():
     return [rng.integers(0, CONFIG["vocab_size"], (BATCH, CONFIG["block_size"])) for _ in range(2)]
 
 
-def one_step(model, idx, targets):
-    start = time.perf_counter()
+def forward_backward(model, idx, targets):
     model.zero_grad()
     model(idx, targets)[1].backward()
-    return time.perf_counter() - start
 
 
-def median_seconds(named_models, steps, warmup):
-    """{name: median step time}, the models taking turns step by step (a machine whose load
-    changes slows them alike, not whichever ran last)."""
+def medians_taking_turns(named_models, steps, warmup):
+    """{name: median step time} of forward + backward, the models taking turns step by step
+    (a machine whose load changes slows them alike, not whichever ran last)."""
     idx, targets = batch()
-    times = {name: [] for name, _, _ in named_models}
-    for i in range(warmup + steps):
-        for name, model, _ in named_models:
-            seconds = one_step(model, idx, targets)
-            if i >= warmup:
-                times[name].append(seconds)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    calls = [functools.partial(forward_backward, model, idx, targets) for _, model, _ in named_models]
+    return {name: statistics.median(t) for (name, _, _), t in zip(named_models, timed_turns(calls, steps, warmup))}
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench prune", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=7, help="timed steps per model (default 7)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    args = parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    parser = bench_parser("python -m parallel.bench prune", __doc__, steps=7, warmup=2)
+    return run_bench(parser, argv, run)
+
+
+def run(args):
     print(f"GPT {CONFIG}, batch {BATCH}, float32, forward + backward, median of {args.steps} steps (taking turns)")
     named_models = models()
-    medians = median_seconds(named_models, args.steps, args.warmup)
+    medians = medians_taking_turns(named_models, args.steps, args.warmup)
     dense_time = medians["dense"]
     for name, _, params in named_models:
         seconds = medians[name]

@@ -28,10 +28,10 @@ an all-gather or reduce-scatter (N = the whole, gathered array) (n−1)/n·N·w.
                   and 2 row-parallel biases (h each); ln_f (2h); the position table
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import report, run_layouts
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.bench_timing import timed_calls
+from parallel.bench import report, run_layouts, slowest_median, together
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
@@ -50,23 +50,19 @@ def formula_bytes(tp, sequence_parallel, word=4):
     return gather_or_scatter * (8 * n_layer + 4) * activation + all_reduce * (3 * b * s + partial_grads)
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench tp", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench tp", __doc__, steps=5, warmup=1)
     parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS),
                         help="tp sizes to run; 2sp = tp 2 with sequence parallelism (default 1 2 2sp)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per layout (default 5)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--worker", choices=list(LAYOUTS), help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run)
 
 
-def main(argv):
-    args = parse(argv)
+def run(args):
     if args.worker:
         return run_worker(*LAYOUTS[args.worker], args.steps, args.warmup)
-    print(f"medium GPT {CONFIG}, batch {BATCH}, float32, AdamW; 1 BLAS thread per rank")
-    print_table(run_layouts("tp", args.layouts, {layout: LAYOUTS[layout][0] for layout in args.layouts},
-                            args.steps, args.warmup))
+    print(f"medium GPT {CONFIG}, batch {BATCH}, float32, AdamW; {threads_note(args)}")
+    print_table(run_layouts("tp", args.layouts, {layout: LAYOUTS[layout][0] for layout in args.layouts}, args))
     return 0
 
 
@@ -100,22 +96,23 @@ def run_worker(tp, sequence_parallel, steps, warmup):
     opt = AdamW(model.parameters(), lr=3e-4)
     rng = np.random.default_rng(0)  # every tp rank sees the same batch
     shape = (BATCH, CONFIG["block_size"])
-    times = np.empty(steps)
-    for step in range(warmup + steps):
+
+    def batch():
         idx, targets = rng.integers(0, CONFIG["vocab_size"], shape), rng.integers(0, CONFIG["vocab_size"], shape)
-        group.barrier()
         group.reset_stats()
-        start = time.perf_counter()
+        return idx, targets
+
+    def step(idx, targets):
         opt.zero_grad()
         model(idx, targets)[1].backward()
         model.finish_grad_sync()
         opt.step()
-        if step >= warmup:
-            times[step - warmup] = time.perf_counter() - start
-    comm_bytes = sum(counts["bytes"] for counts in group.stats().values())
-    group.all_reduce(times, op="max")
+
+    times = timed_calls(step, steps, warmup, before=together(group, batch))
+    comm_bytes = sum(counts["bytes"] for counts in group.stats().values())  # the last step's
+    step_s = slowest_median(group, times)
     if group.rank == 0:
-        report({"tp": tp, "sp": sequence_parallel, "step_s": float(np.median(times)),
+        report({"tp": tp, "sp": sequence_parallel, "step_s": step_s,
                 "param_bytes": sum(p.data.nbytes for p in model.parameters()),
                 "dense_bytes": dense_bytes, "comm_bytes": comm_bytes})
     return 0

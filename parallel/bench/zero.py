@@ -21,43 +21,36 @@ same batch of 8 sequences per rank. Per stage and policy, rank 0 prints:
                 all-gathers move the 16-bit copies: Ψ(n-1)/n·(4 + 2) and ·(4 + 2·2)
 """
 import argparse
-import time
 
-from minitensor.flags import AT_LEAST_0, AT_LEAST_1, parse_checked
-from parallel.bench import collect, report
-from parallel.launch import run_on_mpi_ranks
+from minitensor.bench_cli import bench_parser, run_bench, threads_note
+from minitensor.bench_timing import timed_calls
+from minitensor.flags import AT_LEAST_1
+from parallel.bench import collect, report, run_workers, slowest_median, together
 
 CONFIG = "medium"
 BATCH = 8  # sequences per rank
 KINDS = ("params", "grads", "optim", "gathered")
 
 
-def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m parallel.bench zero", description=__doc__.split("\n")[0])
+def main(argv):
+    parser = bench_parser("python -m parallel.bench zero", __doc__, steps=4, warmup=1)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="dp sizes to run (default 2 4)")
     parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3], choices=(0, 1, 2, 3),
                         help="ZeRO stages (default 0 1 2 3)")
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per stage (default 4)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "fp16", "bf16"),
                         help="precision policies (default fp32; fp16/bf16 keep float32 masters)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parse_checked(parser, argv, {"ranks": AT_LEAST_1, "steps": AT_LEAST_1, "warmup": AT_LEAST_0})
+    return run_bench(parser, argv, run, {"ranks": AT_LEAST_1})
 
 
-def main(argv):
-    args = parse(argv)
-    stages = [str(s) for s in args.stages]
+def run(args):
     if args.worker:
         return run_worker(args.stages, args.steps, args.warmup, args.precision)
     print(f"{CONFIG} GPT, batch {BATCH} per rank, float32 masters, AdamW, HybridGPT dp = ranks; "
-          f"1 BLAS thread per rank")
-    results = []
-    for n in args.ranks:
-        results += collect(run_on_mpi_ranks(n, "parallel.bench", "zero", "--worker", "--stages", *stages,
-                                            "--steps", args.steps, "--warmup", args.warmup,
-                                            "--precision", *args.precision))
-    print_table(results)
+          f"{threads_note(args)}")
+    stages = [str(s) for s in args.stages]
+    print_table([figures for n in args.ranks for figures in collect(
+        run_workers(n, "zero", args, "--stages", *stages, "--precision", *args.precision))])
     return 0
 
 
@@ -112,24 +105,26 @@ def run_worker(stages, steps, warmup, precisions):
         model = parallel.HybridGPT(gpt, parallel.Mesh(group.size, 1, 1, world=group), zero=stage,
                                    precision=precision, scaler=dict(init_scale=2.0**8))  # fp16: no early skips
         model.configure_optimizer(lr=3e-4)
-        times = np.empty(steps)
-        for step in range(warmup + steps):
-            idx = rng.integers(0, config.vocab_size, shape)
+
+        def batch():
             model.reset_communication_stats()
             model.reset_memory_peak()
-            group.barrier()
-            start = time.perf_counter()
+            return (rng.integers(0, config.vocab_size, shape),)
+
+        held = {}
+
+        def step(idx):
             model.train_step(idx, np.roll(idx, -1, axis=1))
             model.finish_grad_sync()
-            held = model.memory_bytes()
+            held.update(model.memory_bytes())
             model.optimizer_step()
-            if step >= warmup:
-                times[step - warmup] = time.perf_counter() - start
+
+        times = timed_calls(step, steps, warmup, before=together(group, batch))
         comm = sum(c["bytes"] for (name, _), c in model.communication_stats().items() if name == "dp")
-        group.all_reduce(times, op="max")
+        step_s = slowest_median(group, times)
         if group.rank == 0:
             held["optim"] = model.memory_bytes()["optim"]  # after a step: the states exist
             memory, comm_formula = formulas(config, group.size, stage, precision)
-            report({"ranks": group.size, "precision": precision, "stage": stage, "step_s": float(np.median(times)), "measured": held,
+            report({"ranks": group.size, "precision": precision, "stage": stage, "step_s": step_s, "measured": held,
                     "formula": memory, "comm": comm, "comm_formula": comm_formula})
     return 0

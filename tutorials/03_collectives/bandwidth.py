@@ -14,7 +14,9 @@ measurements.
 """
 import parallel
 import numpy as np
-from parallel.bench.allreduce import KIB, human, median_time, repetitions
+from minitensor.bench_timing import timed_calls
+from parallel.bench import slowest_median, together
+from parallel.bench.allreduce import KIB, human, repetitions
 
 
 def measure(group, algorithm, max_bytes):
@@ -23,7 +25,8 @@ def measure(group, algorithm, max_bytes):
     times = []
     for nbytes in sizes:
         buf = np.zeros(nbytes // 4, np.float32)
-        times.append(median_time(group, lambda: group.all_reduce(buf, algorithm=algorithm), repetitions(nbytes)))
+        times.append(slowest_median(group, timed_calls(lambda: group.all_reduce(buf, algorithm=algorithm),
+                                                       repetitions(nbytes), before=together(group))))
     return np.array(sizes, dtype=float), np.array(times)
 
 
