@@ -75,7 +75,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
-    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations:
+    pipeline stage (default: by parameter count); sequence_parallel, recompute_activations:
     switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
     moments, 2: + gradients, 3: + parameters); prefetch: ZeRO-3 all-gathers issued ahead;
     seed: the TP dropout streams; cp_layout: "zigzag" or "contiguous", the tokens of each cp
@@ -86,7 +86,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=0, seed=0, prefetch=1,
+                 sequence_parallel=False, recompute_activations=False, zero=0, seed=0, prefetch=1,
                  cp_layout="zigzag", cp_comm_type="p2p", precision=None, scaler=None):
         config = gpt.config
         if config.n_head % mesh.tp:
@@ -109,7 +109,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
-        self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
+        self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
         self.tied = TiedGradients(self.stages, mesh, ties)
         # The dp (× cp) mean goes through the reducer's buckets, last parameters first; under
         # ZeRO-1 the optimizer reduce-scatters instead (ZeroOptimizer docstring), and broadcasts.
@@ -126,7 +126,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
             self.units = UnitShards(self.stages, mesh, self.amp, self.tied, microbatches, self.zero, prefetch)
             self.dp_reducer, self.shardings = self.units.reducer, self.units.shardings
         self.optimizer = None
-        self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is checkpointed)
+        self.comm_hook = None  # the dp gradient compressor, with register_comm_hook (its state is saved in checkpoints)
         self.outer = None  # DiLoCo's outer optimizer, with configure_local_sgd: no dp reduction per step
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
@@ -148,7 +148,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
               if self.context is not None else {})
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
-                "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
+                "recompute_activations": self.pipeline.recompute, "sequence_parallel": self.sequence_parallel,
                 "zero": self.zero, "precision": self.amp.policy.name, **({"ep": self.mesh.ep} if self.experts else {})}
 
     # --- parameters --------------------------------------------------------------

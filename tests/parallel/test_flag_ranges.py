@@ -9,8 +9,8 @@ import parallel.bench.pp
 import parallel.bench.prune
 import parallel.bench.tp
 import parallel.bench.zero
-import parallel.smaller_models.__main__ as smaller_models_cli
 import parallel.plan.__main__ as plan_cli
+import parallel.smaller_models.__main__ as smaller_models_cli
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 PLAN = ["--config", "medium", "--devices", "4"]
