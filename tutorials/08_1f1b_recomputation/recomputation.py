@@ -58,7 +58,7 @@ def one_block(say):
         (y * y).sum().backward()
         grads[use] = [x.grad] + [p.grad.copy() for p in block.parameters()]
         label = "recomputed" if use else "plain"
-        say(f"  {label:<12}: saved bytes {kept:>8}, forwards in forward {forwards_before}, "
+        say(f"  {label:<10}: saved bytes {kept:>8}, forwards in forward {forwards_before}, "
             f"forwards in backward {block.forwards - forwards_before}")
     say(f"  recomputed vs plain gradients, largest difference: "
         f"{max(np.abs(a - b).max() for a, b in zip(grads[False], grads[True])):.1e}")
