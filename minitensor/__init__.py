@@ -27,7 +27,6 @@ from minitensor.activations import (
     softplus,
 )
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
-from minitensor.checkpoint import checkpoint
 from minitensor.comparison import (
     allclose,
     bitwise_and,
@@ -100,6 +99,7 @@ from minitensor.ops import add, div, masked_fill, matmul, mul, pow, sub, where
 from minitensor.promotion import promote_types
 from minitensor.random import default_generator, get_rng_state, manual_seed, set_rng_state
 from minitensor.rearrange import chunk, clone, flip, roll, tril, triu, unflatten
+from minitensor.recompute import recompute
 from minitensor.reductions import all, amax, amin, any, argmax, argmin, dot, max, mean, min, prod, sum
 from minitensor.scans import cumprod, cumsum
 from minitensor.shape_ops import cat, concat, split, stack
@@ -119,7 +119,7 @@ __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled",
     "exp", "log", "sqrt", "tanh", "relu", "matmul", "dot", "where", "masked_fill",
     "concat", "split", "stack", "nn", "optim",
-    "checkpoint", "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
+    "recompute", "manual_seed", "default_generator", "get_rng_state", "set_rng_state", "gradcheck",
     # the PyTorch surface (README: the op table)
     "full", "empty", "eye", "linspace", "rand", "randint", "zeros_like", "ones_like", "empty_like", "full_like",
     "rand_like", "randn_like", "float16", "bfloat16", "int8", "int16", "int32", "uint8", "bool", "half", "double",

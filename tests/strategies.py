@@ -83,7 +83,7 @@ def hybrid_layouts(draw, max_world=8):
     m = pp * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, 4))
     sequence_parallel = draw(st.booleans())
     layout = dict(dp=dp, tp=tp, pp=pp, microbatches=m, schedule=schedule, chunks=chunks,
-                  sequence_parallel=sequence_parallel, checkpoint_activations=draw(st.booleans()),
+                  sequence_parallel=sequence_parallel, recompute_activations=draw(st.booleans()),
                   zero=draw(st.booleans()))
     n_head = tp * draw(st.integers(1, 2))
     seq = tp * draw(st.integers(1, 2)) if sequence_parallel else draw(st.integers(1, 5))
@@ -136,7 +136,7 @@ def context_parallel_layouts(draw, max_world=8):
                   microbatches=draw(st.integers(1, 2)),
                   schedule=draw(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"])), chunks=1,
                   sequence_parallel=sequence_parallel,
-                  checkpoint_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
+                  recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
     n_head = tp * (cp if comm_type == "a2a" else 1) * draw(st.integers(1, 2))  # Ulysses splits heads over cp
     config = dict(vocab_size=draw(st.integers(5, 13)), block_size=seq + draw(st.integers(0, 2)), n_layer=pp,
                   n_head=n_head, d_model=n_head * draw(st.sampled_from([2, 4])), causal=draw(st.booleans()))

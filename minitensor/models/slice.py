@@ -108,7 +108,7 @@ class GPTSlice(GPTEnds, nn.Module):
 
     def generators(self):
         """The random generators forward draws from besides minitensor's default one: an
-        activation checkpoint replays them with it, so a recomputation draws the same
+        activation recomputation replays them with it, so a recomputation draws the same
         dropout masks. None here (dense dropout draws from the default generator)."""
         return ()
 

@@ -5,7 +5,7 @@
 The medium GPT (d_model 512, 4 layers, 8 heads, block 128, vocab 256, float32, AdamW)
 cut into p stages, global batch 8, run under mpiexec -n p (launched here; more ranks than
 cores are oversubscribed) with one BLAS thread per rank, for gpipe, 1f1b, 1f1b with
-checkpointing and the zero-bubble zb-h1 and zb-h2.
+recomputation and the zero-bubble zb-h1 and zb-h2.
 
     step time    median over steps of the slowest rank's train_step + optimizer step
     bubble       measured: idle share of ranks x makespan in the last step's timeline
@@ -26,7 +26,7 @@ from parallel.bench import collect, report, run_workers, slowest_median
 
 CONFIG = dict(vocab_size=256, block_size=128, n_layer=4, n_head=8, d_model=512)
 BATCH = 8
-VARIANTS = {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False), "1f1b+ckpt": ("1f1b", True),
+VARIANTS = {"gpipe": ("gpipe", False), "1f1b": ("1f1b", False), "1f1b+recompute": ("1f1b", True),
             "zb-h1": ("zb-h1", False), "zb-h2": ("zb-h2", False)}
 SHOWN = (("1f1b", "zb-h1"), 4)  # the timelines drawn side by side: these schedules at this m
 
@@ -111,7 +111,7 @@ def bubble_at_measured_costs(timeline, pipe):
     return {"at_costs": Timeline(events, pipe.p).bubble_fraction(), "costs": [forward, backward - weight, weight]}
 
 
-def run_case(group, schedule, checkpoint, m, steps, warmup):
+def run_case(group, schedule, recompute, m, steps, warmup):
     """Train `warmup + steps` steps; the pipeline (for its last step's timeline) and the median
     of the slowest rank's timed steps."""
     import numpy as np
@@ -124,7 +124,7 @@ def run_case(group, schedule, checkpoint, m, steps, warmup):
     rng = np.random.default_rng(0)
     shape = (BATCH, CONFIG["block_size"])
     mt.manual_seed(0)
-    pipe = parallel.Pipeline.from_gpt(GPT(GPTConfig(**CONFIG)), group, m, schedule, checkpoint=checkpoint)
+    pipe = parallel.Pipeline.from_gpt(GPT(GPTConfig(**CONFIG)), group, m, schedule, recompute=recompute)
     opt = AdamW(pipe.parameters(), lr=3e-4)
 
     def batch():

@@ -74,7 +74,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
     "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
-    pipeline stage (default: by parameter count); sequence_parallel, checkpoint_activations:
+    pipeline stage (default: by parameter count); sequence_parallel, recompute_activations:
     switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
     moments, 2: + gradients, 3: + parameters), which picks the replica synchronisation
     (REPLICA_SYNCS); prefetch: ZeRO-3 all-gathers issued ahead;
@@ -86,7 +86,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     """
 
     def __init__(self, gpt, mesh, microbatches=1, schedule="1f1b", chunks=1, balance=None,
-                 sequence_parallel=False, checkpoint_activations=False, zero=0, seed=0, prefetch=1,
+                 sequence_parallel=False, recompute_activations=False, zero=0, seed=0, prefetch=1,
                  cp_layout="zigzag", cp_comm_type="p2p", precision=None, scaler=None):
         config = gpt.config
         if config.n_head % mesh.tp:
@@ -106,7 +106,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
-        self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, checkpoint_activations)
+        self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
         self.tied = TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
@@ -139,7 +139,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
               if self.context is not None else {})
         return {"dp": self.mesh.dp, "tp": self.mesh.tp, "pp": self.mesh.pp, **cp, "microbatches": self.microbatches,
                 "schedule": self.pipeline.schedule, "chunks": self.pipeline.v,
-                "checkpoint_activations": self.pipeline.checkpoint, "sequence_parallel": self.sequence_parallel,
+                "recompute_activations": self.pipeline.recompute, "sequence_parallel": self.sequence_parallel,
                 "zero": self.replicas.zero, "precision": self.amp.policy.name, **({"ep": self.mesh.ep} if self.experts else {})}
 
     # --- parameters --------------------------------------------------------------

@@ -37,8 +37,8 @@ import time
 
 import numpy as np
 
-from minitensor.checkpoint import checkpoint as checkpointed
 from minitensor.dtypes import is_floating
+from minitensor.recompute import recompute
 from minitensor.split_backward import WeightGradStore, backward_input
 from minitensor.tensor import Tensor
 
@@ -58,15 +58,15 @@ class Pipeline:
     c·p + rank); group: the pipeline group (p = group.size ranks); microbatches: m;
     schedule: "gpipe", "1f1b", "interleaved" (needs len(stages) > 1 chunks), or the
     zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py);
-    checkpoint: recompute each stage's forward in its backward, so a stored
+    recompute: recompute each stage's forward in its backward, so a stored
     micro-batch costs only its stage input (GPipe's re-materialisation).
     """
 
-    def __init__(self, stages, group, microbatches, schedule="1f1b", checkpoint=False):
+    def __init__(self, stages, group, microbatches, schedule="1f1b", recompute=False):
         self.stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         self.group, self.m, self.v = group, microbatches, len(self.stages)
         self.p, self.rank = group.size, group.rank
-        self.schedule, self.checkpoint = schedule, checkpoint
+        self.schedule, self.recompute = schedule, recompute
         self.actions = get_schedule(schedule, self.p, microbatches, self.v)[self.rank]
         self._check_stages()
         self.events, self.meter = [], ActivationMeter()
@@ -75,14 +75,14 @@ class Pipeline:
         self.has_experts = bool(getattr(self.stages[0].config, "n_experts", 0))
 
     @classmethod
-    def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, checkpoint=False):
+    def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, recompute=False):
         """Cut the dense `model` into group.size · chunks stages (balance: blocks per
         stage, default by parameter count) and keep this rank's."""
         if set(model.first_parts) & set(model.last_parts) and group.size > 1:
             raise ValueError(f"{model.config.name} ties parameters across its first and last stage, whose "
                              f"gradients must be summed after backward: use HybridGPT(model, Mesh(1, 1, {group.size}))")
         stages = stages_for_rank(model, group.rank, group.size, chunks, balance)
-        return cls(stages, group, microbatches, schedule, checkpoint)
+        return cls(stages, group, microbatches, schedule, recompute)
 
     def _check_stages(self):
         for chunk, stage in enumerate(self.stages):
@@ -211,8 +211,8 @@ class _Step:
         stage = self.pipe.stages[chunk]
         x = self.idx[mb] if stage.is_first else self.inputs[mb, chunk]
         targets = self.targets[mb] if stage.is_last else None
-        if self.pipe.checkpoint:  # the recomputation in backward replays the stage's random streams
-            out = checkpointed(stage, x, targets, generators=stage.generators())
+        if self.pipe.recompute:  # the recomputation in backward replays the stage's random streams
+            out = recompute(stage, x, targets, generators=stage.generators())
         else:
             out = stage(x, targets)
         if stage.is_last:

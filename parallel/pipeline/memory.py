@@ -1,6 +1,6 @@
 """Counting the activations a pipeline stage holds between a micro-batch's forward and
 its backward: the quantity that separates GPipe (all m micro-batches at once) from 1F1B
-(at most p - rank) and that checkpointing shrinks to the stage inputs."""
+(at most p - rank) and that recomputation shrinks to the stage inputs."""
 import numpy as np
 
 from minitensor import graph

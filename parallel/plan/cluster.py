@@ -231,7 +231,7 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     head = head_seconds(config, gpu, tp, b)
     stage = layers * per_block + head + p2p           # the last stage, the slowest
     precision = get_precision(DTYPE)
-    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, checkpoint=True, sequence_parallel=sequence_parallel)
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, recompute=True, sequence_parallel=sequence_parallel)
     _, memory = peak_memory(config, layout, batch, DTYPE)
     params = memory["params"] / precision.param_bytes
     embedding_grad = -(-config.vocab_size // tp) * h * precision.dp_grad_bytes  # the tied word embedding's

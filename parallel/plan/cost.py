@@ -4,7 +4,7 @@ Compute, per micro-batch of b sequences of s tokens (T = b·s) on one tp rank of
 stage i holding L_i blocks:
     blocks:   L_i · (6·12·h²·T + 12·s·h·T) / tp      (matmuls fwd+bwd; attention
                                                      QKᵀ and AV: 12·b·s²·h per block)
-              with checkpointing the block forward runs twice: 8·12·h²·T + 16·s·h·T
+              with recomputation the block forward runs twice: 8·12·h²·T + 16·s·h·T
     lm_head:  6·V·h·T / tp on the last stage
 Summed over stages this is 6·N·tokens + 12·n_layer·b·s²·h with N = 12·n_layer·h² + V·h
 (the weights that multiply activations; embedding lookups cost no flops).
@@ -16,15 +16,15 @@ intra-node link when the whole group fits in one node, the inter-node link other
     all-gather, reduce-scatter      (n−1)(α + N/n·β)
     send / recv                     α + N·β
 tp: 4 all-reduces of b·s·h per block per micro-batch (2 forward, 2 backward; +2 when
-    checkpointing recomputes the forward); sequence parallel turns each into an
+    recomputation runs the forward again); sequence parallel turns each into an
     all-gather + reduce-scatter of the same volume, hence the same time.
 pp: one send of b·s·h forward and one backward per micro-batch per stage.
 dp: one all-reduce of the rank's gradients per step (ZeRO-1: reduce-scatter of the
     gradients + all-gather of the updated parameters).
 cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees all s keys),
     and per block and micro-batch passes K/V blocks of b·s/cp·h/tp around the ring:
-    6·cp − 4 sends (context_parallel.layout.ring_elements; + 2(cp−1) when checkpointing
-    recomputes the forward). They overlap the block's attention compute (each send is
+    6·cp − 4 sends (context_parallel.layout.ring_elements; + 2(cp−1) when recomputation
+    runs the forward again). They overlap the block's attention compute (each send is
     issued before the block before it is computed), so only the excess is charged:
     max(0, ring time − attention time). The dp gradients are reduced over dp·cp ranks.
 A mixture of experts: an MoE block's router and each token's k experts run whole on every
@@ -37,7 +37,7 @@ t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part
 a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
 split each backward into B and W, one pass each like the forward (F = B = W = t_stage/3),
 and fill all but (p − 1 + max(0, p − m))·t_stage/3 of it with W's: a third of 1F1B's once
-m ≥ p (pipeline.zero_bubble). With checkpointing the W's run inside B (the recomputed
+m ≥ p (pipeline.zero_bubble). With recomputation the W's run inside B (the recomputed
 graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field
@@ -78,10 +78,10 @@ def block_flops(config, moe, tokens, tp, passes):
     return passes * (attention / tp + experts)
 
 
-def stage_flops(config, layers, tokens, tp, checkpoint, last, first_block=0):
+def stage_flops(config, layers, tokens, tp, recompute, last, first_block=0):
     """Training flops of one micro-batch on one tp rank of a stage holding blocks
     first_block .. first_block + layers - 1 (see module doc)."""
-    passes = 4 if checkpoint else 3        # forward = 1 pass, backward = 2 passes
+    passes = 4 if recompute else 3        # forward = 1 pass, backward = 2 passes
     moe = moe_blocks(config, range(first_block, first_block + layers))
     blocks = (layers - moe) * block_flops(config, False, tokens, tp, passes)
     blocks += moe * block_flops(config, True, tokens, tp, passes) if moe else 0
@@ -94,17 +94,17 @@ def ring_time(config, layout, b, rate, alpha, beta, bytes_per_element):
     beyond what the block's attention compute hides (see the module doc)."""
     s, h, cp = config.block_size, config.d_model, layout.cp
     per_pass = ring_elements(b, s, h // layout.tp, cp)
-    elements = per_pass["forward"] * (2 if layout.checkpoint else 1) + per_pass["backward"]
+    elements = per_pass["forward"] * (2 if layout.recompute else 1) + per_pass["backward"]
     block = b * (s // cp) * (h // layout.tp)
     ring = (elements // block) * alpha + elements * bytes_per_element * beta
-    passes = 4 if layout.checkpoint else 3
+    passes = 4 if layout.recompute else 3
     attention = passes * 4 * s * h * (b * s // cp) / layout.tp / rate
     return max(0.0, ring - attention)
 
 
-def bubble_slots(schedule, p, m, checkpoint=False):
+def bubble_slots(schedule, p, m, recompute=False):
     """The bubble of one step in units of t_stage (see the module docstring)."""
-    if schedule in ("zb-h1", "zb-h2") and not checkpoint:
+    if schedule in ("zb-h1", "zb-h2") and not recompute:
         return (p - 1 + max(0, p - m)) / 3
     return p - 1
 
@@ -195,7 +195,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
 
     activation = tokens * h * precision.activation_bytes
     tp_kind, tp_alpha, tp_beta = link(profile, 1, layout.tp)
-    tp_collectives = (6 if layout.checkpoint else 4)
+    tp_collectives = (6 if layout.recompute else 4)
     tp_one = ring_all_reduce(layout.tp, activation, tp_alpha, tp_beta)
     pp_kind, pp_alpha, pp_beta = link(profile, layout.tp * cp * layout.dp, p)
     cp_block = 0.0
@@ -206,7 +206,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
     ep_kind, ep_alpha, ep_beta = link(profile, layout.tp * cp, layout.ep)  # an ep group: consecutive dp ranks
     ep_layer = all_to_all_seconds(config, tokens, layout.ep, precision.activation_bytes, ep_alpha, ep_beta,
-                                  layout.checkpoint)
+                                  layout.recompute)
     if layout.ep > 1:
         lines.append(f"ep all-to-alls ({ep_kind}): {ep_layer:.3g} s per MoE block and micro-batch")
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
@@ -217,7 +217,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     stage_times = []
     for stage, count in enumerate(layers):
         blocks = stage_blocks(config, p, stage, balance)
-        flops = stage_flops(config, count, tokens, layout.tp, layout.checkpoint, stage == p - 1, blocks.start)
+        flops = stage_flops(config, count, tokens, layout.tp, layout.recompute, stage == p - 1, blocks.start)
         compute = flops / rate
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
         ep_mb = moe_blocks(config, blocks) * ep_layer
@@ -233,7 +233,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
 
     comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {}),
             **({"ep": m * ep_mb} if layout.ep > 1 else {})}
-    slots = bubble_slots(layout.schedule, p, m, layout.checkpoint)
+    slots = bubble_slots(layout.schedule, p, m, layout.recompute)
     time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
@@ -258,10 +258,10 @@ def memory_lines(config, layout, b, stage, precision, balance):
     count = param_count(config, layout.tp, layout.pp, stage, balance, layout.ep)
     layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
     kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
-                                  layout.checkpoint, precision.name, layout.cp)
+                                  layout.recompute, precision.name, layout.cp)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     s, h, a, t = config.block_size // layout.cp, config.d_model, config.n_head, layout.tp
-    if layout.checkpoint:
+    if layout.recompute:
         formula = f"2·s·b·h{'/t' if layout.sequence_parallel else ''} (block input only)"
     elif layout.cp > 1:  # s is s/cp here; ring attention keeps q, k, v, output, no probabilities
         formula = "s·b·h·(34 + 8)/t" if layout.sequence_parallel else "s·b·h·(10 + 24/t + 8/t) (s = seq/cp)"
@@ -276,6 +276,6 @@ def memory_lines(config, layout, b, stage, precision, balance):
              f"with s={s} b={b} h={h} a={a} t={t} = {kept:.0f} B",
              f"activations = {layers} blocks × {kept:.0f} B × {in_flight} micro-batches in flight "
              f"({layout.schedule})"]
-    if layout.checkpoint:
+    if layout.recompute:
         lines.append("  + one block's full activations while it is recomputed")
     return lines

@@ -76,7 +76,7 @@ class Layout:
     tp: int = 1
     pp: int = 1
     micro_batches: int = 1
-    checkpoint: bool = False          # full activation checkpointing, one checkpoint per block
+    recompute: bool = False           # full activation recomputation, one recomputed region per block
     sequence_parallel: bool = False
     zero: int = 0                     # ZeRO stage over dp: 1 states, 2 + gradients, 3 + parameters
     schedule: str = "1f1b"
@@ -104,7 +104,7 @@ class Layout:
                 + (f"·ep{self.ep}" if self.ep > 1 else ""))
 
     def flags(self):
-        names = [("ckpt", self.checkpoint), ("sp", self.sequence_parallel), (f"zero{int(self.zero)}", self.zero),
+        names = [("recompute", self.recompute), ("sp", self.sequence_parallel), (f"zero{int(self.zero)}", self.zero),
                  (self.schedule, self.schedule != "1f1b")]
         return ",".join(name for name, on in names if on) or "-"
 

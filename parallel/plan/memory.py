@@ -6,7 +6,7 @@ Large Transformer Models"), per block and micro-batch, at 2 bytes per element:
     tp = t:                    s·b·h·(10 + 24/t + 5·a·s/(h·t))   (LayerNorm and residual
                                                                   parts stay replicated)
     tp = t, sequence parallel: s·b·h·(34 + 5·a·s/h) / t
-    full checkpointing:        2·s·b·h (only the block input; / t with sequence parallel),
+    full recomputation:        2·s·b·h (only the block input; / t with sequence parallel),
                                plus one block's full activations while it is recomputed.
 The 34 counts 1-byte dropout masks the model here does not have, so the figure is a
 slight over-estimate. Other dtypes scale the formula by bytes/2. The last stage's
@@ -76,11 +76,11 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
-                           checkpoint=False, dtype="float32", cp=1):
+                           recompute=False, dtype="float32", cp=1):
     """Activation bytes one block keeps for one micro-batch until its backward (s/cp tokens under cp)."""
     s, b, h, a = config.block_size // cp, micro_batch_size, config.d_model, config.n_head
     scale = get_precision(dtype).activation_bytes / 2
-    if checkpoint:
+    if recompute:
         return 2 * s * b * h / (tp if sequence_parallel else 1) * scale
     attention_scores = 5 * a * s / h if cp == 1 else 8  # ring attention: q, k, v, output; no probabilities
     if sequence_parallel:
@@ -110,10 +110,10 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     """Peak activation bytes of a rank at pipeline `stage`."""
     layers = len(stage_blocks(config, layout.pp, stage, balance))
     kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
-                                  layout.checkpoint, dtype, layout.cp)
+                                  layout.recompute, dtype, layout.cp)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     total = layers * kept * in_flight
-    if layout.checkpoint:
+    if layout.recompute:
         total += block_activation_bytes(config, micro_batch_size, layout.tp,
                                         layout.sequence_parallel, False, dtype, layout.cp)
     return total

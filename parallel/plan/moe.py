@@ -61,14 +61,14 @@ def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4):
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
-def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, checkpoint=False):
+def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False):
     """α–β seconds of one MoE layer's all-to-alls for one micro-batch of `tokens` tokens per
     rank, dropless and balanced: forward the counts and two row exchanges (dispatch, combine),
-    backward two more; checkpointing recomputes the forward's. Each exchange is pairwise:
+    backward two more; recomputation repeats the forward's. Each exchange is pairwise:
     (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
     if ep == 1:
         return 0.0
     rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
     exchange = all_to_all(ep, rows * config.d_model * itemsize, alpha, beta)
     counts = all_to_all(ep, (config.n_experts - config.n_experts // ep) * COUNT_BYTES, alpha, beta)
-    return (2 if checkpoint else 1) * (counts + 2 * exchange) + 2 * exchange
+    return (2 if recompute else 1) * (counts + 2 * exchange) + 2 * exchange

@@ -3,7 +3,7 @@
 A layout is dp × tp × pp (× cp) = devices with: tp dividing n_head (hence d_model and 4·d_model),
 tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
 dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
-(2·cp chunks). For each: every micro-batch count m, checkpointing on/off, sequence parallel
+(2·cp chunks). For each: every micro-batch count m, recomputation on/off, sequence parallel
 on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1). A mixture of experts also
 tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO-2/3,
 which HybridGPT does not compose with experts.
@@ -65,9 +65,9 @@ def grids(config, devices, batch, devices_per_node, allow_inter_node_tp, rejecte
 
 
 def flag_choices(tp, replicas, experts=False):
-    """(checkpoint, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1;
+    """(recompute, sequence_parallel, zero) of a grid: sp needs tp > 1, ZeRO needs dp·cp > 1;
     with experts no sp and ZeRO-1 at most."""
-    return [(checkpoint, sp, zero) for checkpoint, sp, zero in product((False, True), (False, True), (0, 1, 2, 3))
+    return [(recompute, sp, zero) for recompute, sp, zero in product((False, True), (False, True), (0, 1, 2, 3))
             if not (sp and (tp == 1 or experts)) and not (zero and replicas == 1) and not (experts and zero > 1)]
 
 
@@ -80,8 +80,8 @@ def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1):
     experts = has_experts(config)
     for ep in expert_parallel_sizes(config, dp, cp):
         for m in divisors(batch // dp):
-            for checkpoint, sp, zero in flag_choices(tp, dp * cp, experts):
-                yield Layout(dp, tp, pp, m, checkpoint, sp, zero, schedule, cp, ep)
+            for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
+                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep)
 
 
 def search_steps(config, grid_list, batch):
@@ -136,7 +136,7 @@ def rank_key(est):
     """Fastest first; among equal times the simplest (fewest flags, fewest micro-batches),
     then the smallest memory: ZeRO-1 and extra micro-batches cost no modelled time, so
     they are only worth it when needed to fit."""
-    flags = est.layout.checkpoint + est.layout.sequence_parallel + (est.layout.zero > 0)
+    flags = est.layout.recompute + est.layout.sequence_parallel + (est.layout.zero > 0)
     return float(f"{est.time['total']:.9g}"), flags, est.layout.micro_batches, est.memory["total"]
 
 

@@ -17,7 +17,7 @@ A stage's forward of one micro-batch of b sequences on one tp rank:
     [last]   final LayerNorm, lm_head and loss + 3 all-reduces of b·s floats (vocab-parallel
              cross-entropy: max, sum of exponentials, target logit)
 and its backward: the parts' backwards, 2 all-reduces per block and 1 into the head
-(Megatron's f); with activation checkpointing the backward first runs the stage's forward
+(Megatron's f); with activation recomputation the backward first runs the stage's forward
 again (HybridGPT recomputes the whole stage, its collectives included). The parts'
 seconds (`PartCosts`) are measured on this machine, on the local shapes one tp rank
 computes (parallel/plan/parts.py), so compute is not a peak rate times an efficiency but
@@ -63,7 +63,7 @@ def stage_times(config, layout, b, parts, balance, tp_all_reduce):
         forward = blocks * (parts.block[0] + 2 * activation) + first * (parts.embed[0] + activation) \
             + last * (parts.head[0] + 3 * small)
         backward = blocks * (parts.block[1] + 2 * activation) + first * parts.embed[1] + last * (parts.head[1] + activation)
-        times.append((forward, backward + forward * layout.checkpoint))
+        times.append((forward, backward + forward * layout.recompute))
     return times
 
 

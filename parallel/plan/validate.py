@@ -6,8 +6,8 @@
 
 Launches ONE `mpiexec -n RANKS` job (one BLAS thread per rank) that trains every layout of
 that many ranks the config can take (4: dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, with
-ZeRO-1/2/3 and activation-checkpointing variants; 2: dp2, tp2, pp2, dp2 ZeRO-1 and ZeRO-3,
-and dp2, tp2, pp2 with checkpointing), each with every micro-batch count of
+ZeRO-1/2/3 and activation-recomputation variants; 2: dp2, tp2, pp2, dp2 ZeRO-1 and ZeRO-3,
+and dp2, tp2, pp2 with recomputation), each with every micro-batch count of
 `--microbatches` (a list: 1,2,4), for a few float32 steps of a HybridGPT, in `--repeats`
 interleaved sweeps; a layout's time is the median over sweeps of its median step time
 (`--statistic fastest`: of its fastest step; slowest rank, after one warm-up step), shown
@@ -49,8 +49,8 @@ from .simulate import PartCosts, simulate_step
 from .validate_worker import KINDS, LAYOUTS, dense_gpt, unpack, worker
 
 
-def layout_name(dp, tp, pp, zero, checkpoint=False):
-    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" ckpt" if checkpoint else "")
+def layout_name(dp, tp, pp, zero, recompute=False):
+    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" recompute" if recompute else "")
 
 
 @functools.cache
@@ -144,14 +144,14 @@ def memory_errors(config, results):
     """[(layout name, rank, kind, measured, predicted, relative error)] for every rank."""
     rows = []
     for result in results:
-        dp, tp, pp, zero, checkpoint = unpack(result["layout"])
+        dp, tp, pp, zero, recompute = unpack(result["layout"])
         balance = balance_of(config, pp)
         for rank, measured in enumerate(result["memory"]):
             coords = (rank // tp % dp, rank % tp, rank // (tp * dp))
             predicted = param_bytes_per_rank(config, dp, tp, pp, coords, "float32", zero, balance)
             for kind in KINDS:
                 error = abs(measured[kind] - predicted[kind]) / predicted[kind]
-                rows.append((layout_name(dp, tp, pp, zero, checkpoint), rank, kind, measured[kind], predicted[kind],
+                rows.append((layout_name(dp, tp, pp, zero, recompute), rank, kind, measured[kind], predicted[kind],
                              error))
     return rows
 
@@ -166,8 +166,8 @@ def report_memory(config, results):
 
 
 def layout_of(result):
-    dp, tp, pp, zero, checkpoint = unpack(result["layout"])
-    return Layout(dp, tp, pp, result["microbatches"], zero=zero, checkpoint=checkpoint)
+    dp, tp, pp, zero, recompute = unpack(result["layout"])
+    return Layout(dp, tp, pp, result["microbatches"], zero=zero, recompute=recompute)
 
 
 def predictions(config, batch, profile, results, parts, link):

@@ -26,7 +26,7 @@ from .model import get_config
 from .parts import measure_parts
 from .simulate import PartCosts
 
-# (dp, tp, pp, ZeRO stage, activation checkpointing)
+# (dp, tp, pp, ZeRO stage, activation recomputation)
 LAYOUTS = {4: [(4, 1, 1, 0, False), (2, 2, 1, 0, False), (2, 1, 2, 0, False), (1, 2, 2, 0, False),
                (1, 4, 1, 0, False), (1, 1, 4, 0, False), (2, 2, 1, 1, False), (2, 1, 2, 2, False),
                (4, 1, 1, 3, False), (4, 1, 1, 0, True), (1, 1, 4, 0, True), (1, 2, 2, 0, True)],
@@ -46,10 +46,10 @@ def measure_memory(model):
 
 
 def unpack(layout):
-    """(dp, tp, pp, zero, checkpoint) of a layout tuple (files saved before checkpointing was
-    measured hold four numbers: no checkpointing)."""
-    dp, tp, pp, zero, *checkpoint = layout
-    return dp, tp, pp, int(zero), bool(checkpoint and checkpoint[0])
+    """(dp, tp, pp, zero, recompute) of a layout tuple (files saved before recomputation was
+    measured hold four numbers: no recomputation)."""
+    dp, tp, pp, zero, *recompute = layout
+    return dp, tp, pp, int(zero), bool(recompute and recompute[0])
 
 
 def dense_gpt(config):
@@ -60,9 +60,9 @@ def dense_gpt(config):
 
 def run_layout(group, config, layout, batch, microbatches, steps):
     """Worker side: train one layout; ([seconds of each timed step], [memory of every rank])."""
-    dp, tp, pp, zero, checkpoint = unpack(layout)
+    dp, tp, pp, zero, recompute = unpack(layout)
     model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero,
-                      checkpoint_activations=checkpoint)
+                      recompute_activations=recompute)
     model.configure_optimizer()
     rng = np.random.default_rng(0)
     idx = rng.integers(0, config.vocab_size, (batch, config.block_size))
@@ -87,7 +87,7 @@ def runnable(config, batch, microbatches, ranks=4):
     block per stage, the batch splits into dp·m micro-batches)."""
     if ranks not in LAYOUTS:
         raise ValueError(f"the validation knows layouts of {sorted(LAYOUTS)} ranks, not {ranks}")
-    return [(dp, tp, pp, zero, checkpoint) for dp, tp, pp, zero, checkpoint in LAYOUTS[ranks]
+    return [(dp, tp, pp, zero, recompute) for dp, tp, pp, zero, recompute in LAYOUTS[ranks]
             if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
 
 

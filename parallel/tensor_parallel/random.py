@@ -30,7 +30,7 @@ class TensorParallelRNG:
 
     def generators(self):
         """Every stream a forward draws from (fork_sharded draws from `sharded` too): what a
-        recomputation must replay to draw the same masks (minitensor.checkpoint's `generators=`)."""
+        recomputation must replay to draw the same masks (minitensor.recompute's `generators=`)."""
         return (self.replicated, self.sharded)
 
     @contextlib.contextmanager

@@ -86,7 +86,8 @@ def build_parser():
     layout.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule")
     layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v)")
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
-    layout.add_argument("--checkpoint-activations", action="store_true", help="recompute each stage in backward")
+    layout.add_argument("--recompute-activations", action="store_true",
+                        help="recompute each stage's forward in its backward instead of keeping its activations")
     layout.add_argument("--zero", type=int, nargs="?", const=1, default=0, choices=(0, 1, 2, 3), metavar="STAGE",
                         help="ZeRO stage over dp: 1 (plain --zero) shards the AdamW moments, 2 also the "
                         "gradients, 3 also the parameters (0: off)")

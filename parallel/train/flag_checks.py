@@ -170,4 +170,4 @@ def check_expert_args(args):
     others = [o for o in others if o]
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --checkpoint-activations, --link, --trace, --save and --resume")
+                         f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --recompute-activations, --link, --trace, --save and --resume")

@@ -37,7 +37,7 @@ def startup_summary(args, model, group):
         return None
     config, mesh = model.config, model.mesh
     switches = [name for name, on in (("sequence parallel", args.sequence_parallel),
-                                      ("activation checkpointing", args.checkpoint_activations),
+                                      ("activation recomputation", args.recompute_activations),
                                       (f"ZeRO-{args.zero}", args.zero), (f"link {args.link}", args.link),
                                       (f"compression {args.compress}", args.compress != "none"),
                                       (f"local SGD every {args.local_steps} steps", args.local_steps),

@@ -25,7 +25,7 @@ AREAS = ["minitensor/autograd.py", "minitensor/ops.py", "minitensor/nn/functiona
          "parallel/data_parallel/parameter_server.py", "parallel/data_parallel/gather_order.py",
          "parallel/data_parallel/flat_units.py", "parallel/hybrid/zero_units.py", "parallel/alpha_beta.py",
          "parallel/comm/link.py", "parallel/pipeline/zero_bubble.py", "parallel/pipeline/registry.py",
-         "minitensor/amp.py", "minitensor/checkpoint.py", "parallel/context_parallel/", "minitensor/graph/"]
+         "minitensor/amp.py", "minitensor/recompute.py", "parallel/context_parallel/", "minitensor/graph/"]
 
 
 def test_at_least_100_mutants_with_unique_names_cover_every_mechanism():

@@ -9,8 +9,8 @@ import parallel.bench.pp
 import parallel.bench.prune
 import parallel.bench.tp
 import parallel.bench.zero
-import parallel.compress.__main__ as compress_cli
 import parallel.plan.__main__ as plan_cli
+import parallel.smaller_models.__main__ as smaller_models_cli
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 
 PLAN = ["--config", "medium", "--devices", "4"]
@@ -25,10 +25,10 @@ PLAN = ["--config", "medium", "--devices", "4"]
     (parallel.bench.pp.main, ["--microbatches", "0"], "--microbatches=0 must be ≥ 1"),
     (parallel.bench.tp.main, ["--warmup", "-1"], "--warmup=-1 must be ≥ 0"),
     (parallel.bench.prune.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
-    (compress_cli.main, ["prune", "--sparsity", "0.5", "1.0"], "--sparsity=1.0 must be in [0, 1)"),
-    (compress_cli.main, ["prune", "--finetune-steps", "0"], "--finetune-steps=0 must be ≥ 1"),
-    (compress_cli.main, ["distill", "--alpha", "1.5"], "--alpha=1.5 must be in [0, 1]"),
-    (compress_cli.main, ["distill", "--temperature", "0"], "--temperature=0.0 must be a finite number > 0"),
+    (smaller_models_cli.main, ["prune", "--sparsity", "0.5", "1.0"], "--sparsity=1.0 must be in [0, 1)"),
+    (smaller_models_cli.main, ["prune", "--finetune-steps", "0"], "--finetune-steps=0 must be ≥ 1"),
+    (smaller_models_cli.main, ["distill", "--alpha", "1.5"], "--alpha=1.5 must be in [0, 1]"),
+    (smaller_models_cli.main, ["distill", "--temperature", "0"], "--temperature=0.0 must be a finite number > 0"),
     (parallel.bench.zero.main, ["--steps", "0"], "--steps=0 must be ≥ 1"),
     (plan_cli.main, ["--config", "medium", "--devices", "0"], "--devices=0 must be ≥ 1"),
     (plan_cli.main, [*PLAN, "--batch", "0"], "--batch=0 must be ≥ 1"),

@@ -33,7 +33,7 @@ def test_every_flag_has_a_one_line_help():
     names = {s for a in parser._actions for s in a.option_strings}
     for flag in ("--n-layer", "--n-head", "--d-model", "--block-size", "--batch", "--steps", "--lr", "--dtype",
                  "--seed", "--dp", "--tp", "--pp", "--microbatches", "--schedule", "--chunks",
-                 "--sequence-parallel", "--checkpoint-activations", "--zero", "--data", "--trace", "--check",
+                 "--sequence-parallel", "--recompute-activations", "--zero", "--data", "--trace", "--check",
                  "--save", "--save-every", "--resume", "--eval-every", "--log-every", "--threads"):
         assert flag in names
 

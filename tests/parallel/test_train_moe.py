@@ -14,7 +14,7 @@ ERROR = "python -m parallel.train: error: "
 @pytest.mark.parametrize("layout", [["--threads", "2", "--dp", "2", "--ep", "2", "--capacity-factor", "1.0"],
                                     ["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2", "--zero", "1"],
                                     ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
-                                     "--schedule", "zb-h1", "--checkpoint-activations"],
+                                     "--schedule", "zb-h1", "--recompute-activations"],
                                     ["--threads", "4", "--dp", "4", "--ep", "2", "--top-k", "1", "--moe-every", "2",
                                      "--microbatches", "2", "--z-loss-coef", "0.01"]])
 def test_check_equals_one_device(layout, capsys):

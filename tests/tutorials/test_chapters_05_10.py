@@ -10,7 +10,7 @@ EXACT = 1e-12   # float64 differences to one device are round-off (the contract 
 CH5 = "tutorials/05_tensor_parallel/column_row_mlp.py"
 CH6 = "tutorials/06_attention_vocab_sp/"
 CH7 = "tutorials/07_pipelines/gpipe.py"
-CH8 = "tutorials/08_1f1b_checkpointing/"
+CH8 = "tutorials/08_1f1b_recomputation/"
 CH10 = "tutorials/10_planner/"
 
 
@@ -122,16 +122,16 @@ def test_ch8_1f1b_stores_at_most_p_micro_batches(how):
     assert len(gpipe_bytes) == len(one_bytes) == p and all(o < g for o, g in zip(one_bytes, gpipe_bytes))
 
 
-def test_ch8_checkpointing_trades_forwards_for_memory():
-    out = run_script(CH8 + "checkpointing.py", threads=2)
-    plain, ckpt = (re.search(rf"{label}\s*: saved bytes\s+(\d+), forwards in forward (\d), forwards in backward (\d)",
-                             out).groups() for label in ("plain", "checkpointed"))
-    assert int(ckpt[0]) < int(plain[0]) / 10 and (plain[1:], ckpt[1:]) == (("1", "0"), ("1", "1"))
-    assert number_after("checkpointed vs plain gradients, largest difference:", out) == 0
+def test_ch8_recomputation_trades_forwards_for_memory():
+    out = run_script(CH8 + "recomputation.py", threads=2)
+    plain, recomputed = (re.search(rf"{label}\s*: saved bytes\s+(\d+), forwards in forward (\d), forwards in backward (\d)",
+                             out).groups() for label in ("plain", "recomputed"))
+    assert int(recomputed[0]) < int(plain[0]) / 10 and (plain[1:], recomputed[1:]) == (("1", "0"), ("1", "1"))
+    assert number_after("recomputed vs plain gradients, largest difference:", out) == 0
     assert all(d <= EXACT for d in numbers_after("largest gradient difference", out))
     assert "plain: stage forwards per step [4, 4] for m = 4" in out
-    assert "checkpointed: stage forwards per step [8, 8] for m = 4" in out
-    assert number_after("checkpointed / plain, summed over stages:", out) < 0.1
+    assert "recomputed: stage forwards per step [8, 8] for m = 4" in out
+    assert number_after("recomputed / plain, summed over stages:", out) < 0.1
 
 
 def test_ch8_interleaving_shrinks_the_theoretical_bubble():

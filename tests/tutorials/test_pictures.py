@@ -24,7 +24,7 @@ def test_without_matplotlib_the_command_prints_each_pictures_text_form():
     out = pictures_command("mesh_grid", "interleaved", "ring_steps", hide_matplotlib=True)
     assert "matplotlib is not installed (pip install -e '.[plots]')" in out
     assert "=== 09_3d: mesh_grid" in out and "mesh dp=2 x tp=2 x pp=2 over 8 ranks" in out
-    assert "=== 08_1f1b_checkpointing: interleaved" in out and "rank 0 | F0a F1a F0b" in out
+    assert "=== 08_1f1b_recomputation: interleaved" in out and "rank 0 | F0a F1a F0b" in out
     assert "=== 03_collectives: ring_steps" in out and "reduce-scatter step 1" in out
     assert ".png" not in out
 

@@ -1,4 +1,4 @@
-"""Chapter 17, part 2: the sparsity/accuracy curve of the addition GPT (`python -m parallel.compress prune`).
+"""Chapter 17, part 2: the sparsity/accuracy curve of the addition GPT (`python -m parallel.smaller_models prune`).
 
     python tutorials/17_smaller_models/prune_curve.py [--sparsity 0.5 0.75 0.9] [--finetune-steps 300]
 
@@ -9,7 +9,7 @@ fine-tuned alike (the control) and half its heads and MLP neurons removed (struc
 """
 import sys
 
-from parallel.compress.__main__ import main
+from parallel.smaller_models.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main(["prune", *sys.argv[1:]]))

@@ -48,9 +48,9 @@ def draw_gpipe_vs_1f1b(plt, timelines):
 PICTURES = [
     Picture("gpipe_timeline", "07_pipelines", gpipe_timelines,
             lambda plt, data: draw_timelines_only(plt, data, same_scale=False)),  # time units vs seconds
-    Picture("gpipe_vs_1f1b", "08_1f1b_checkpointing", simulated_timelines("08_1f1b_checkpointing/one_f_one_b.py"),
+    Picture("gpipe_vs_1f1b", "08_1f1b_recomputation", simulated_timelines("08_1f1b_recomputation/one_f_one_b.py"),
             draw_gpipe_vs_1f1b),
-    Picture("interleaved", "08_1f1b_checkpointing", simulated_timelines("08_1f1b_checkpointing/interleaved.py"),
+    Picture("interleaved", "08_1f1b_recomputation", simulated_timelines("08_1f1b_recomputation/interleaved.py"),
             draw_timelines_only),
     Picture("zero_bubble_timelines", "11_zero_bubble", simulated_timelines("11_zero_bubble/three_timelines.py"),
             draw_timelines_only),

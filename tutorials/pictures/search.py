@@ -86,15 +86,15 @@ def draw_cp_work(plt, work):
 
 
 def sparsity(quick):
-    """Chapter 17: held-out exact match of the cached 2000-step teacher (parallel.compress, what
+    """Chapter 17: held-out exact match of the cached 2000-step teacher (parallel.smaller_models, what
     prune_curve.py runs) with a share of its block weights zeroed by magnitude (global), before any
     fine-tuning, and with half its heads and neurons removed; --quick: a 40-step teacher, 50 problems."""
     from minitensor.data import exact_match
     from minitensor.prune import MagnitudePruner, prune_heads, prune_neurons, units_to_prune
-    from parallel import compress
+    from parallel import smaller_models
 
-    teacher = compress.trained_teacher(40 if quick else 2000)
-    problems, task = 50 if quick else 1000, compress.task()
+    teacher = smaller_models.trained_teacher(40 if quick else 2000)
+    problems, task = 50 if quick else 1000, smaller_models.task()
     curve = []
     for share in (0, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9, 0.95):
         model = copy.deepcopy(teacher)

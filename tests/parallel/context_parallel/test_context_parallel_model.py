@@ -39,7 +39,7 @@ def test_any_4d_layout_equals_one_device_loss_gradients_and_adamw_steps(drawn, s
 
 def layout(dp=1, tp=1, pp=1, cp=2, cp_layout="zigzag", microbatches=1, sequence_parallel=False, zero=False):
     return dict(dp=dp, tp=tp, pp=pp, cp=cp, cp_layout=cp_layout, microbatches=microbatches, schedule="1f1b",
-                chunks=1, sequence_parallel=sequence_parallel, checkpoint_activations=False, zero=zero)
+                chunks=1, sequence_parallel=sequence_parallel, recompute_activations=False, zero=zero)
 
 
 @pytest.mark.parametrize("spec", [

@@ -1,5 +1,5 @@
 """Expert parallelism equals one device: hypothesis over (dp, ep, tp, pp, schedule, ZeRO-1,
-checkpointing, E, k, renormalise, capacity, micro-batches) on the threads backend, and fixed
+recomputation, E, k, renormalise, capacity, micro-batches) on the threads backend, and fixed
 layouts under real mpiexec."""
 import re
 from pathlib import Path
@@ -31,13 +31,13 @@ def moe_layouts(draw):
     return dict(dp=dp, ep=ep, tp=tp, pp=pp, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
                 renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from([None, 0.5, 1.0, 1.5])),
                 microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])),
-                schedule=schedule, checkpoint_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1])))
+                schedule=schedule, recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1])))
 
 
 @given(moe_layouts())
 def test_every_layout_equals_one_device_over_several_adamw_steps(layout):
     dp, ep, tp, pp, m = (layout.pop(axis) for axis in ("dp", "ep", "tp", "pp", "microbatches"))
-    switches = {name: layout.pop(name) for name in ("schedule", "checkpoint_activations", "zero")}
+    switches = {name: layout.pop(name) for name in ("schedule", "recompute_activations", "zero")}
     config, data = moe_config(**layout), batches(3, batch=2 * dp * m)
     reference = single_device(config, data)
     results = run_threads(dp * tp * pp, lambda: expert_parallel(config, data, None, dp, ep, m, tp=tp, pp=pp, **switches))

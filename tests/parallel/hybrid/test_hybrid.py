@@ -45,9 +45,9 @@ def test_zero_bubble_schedules_in_3d_equal_one_device(drawn, seed):
 
 
 def layout(dp=1, tp=1, pp=1, microbatches=1, schedule="1f1b", chunks=1, sequence_parallel=False,
-           checkpoint_activations=False, zero=False):
+           recompute_activations=False, zero=False):
     return dict(dp=dp, tp=tp, pp=pp, microbatches=microbatches, schedule=schedule, chunks=chunks,
-                sequence_parallel=sequence_parallel, checkpoint_activations=checkpoint_activations, zero=zero)
+                sequence_parallel=sequence_parallel, recompute_activations=recompute_activations, zero=zero)
 
 
 # The classic boundary bugs of composing the three, each pinned by a fixed case.
@@ -71,9 +71,9 @@ def test_zero_with_pipeline_and_tensor_parallel():
     check_layout(spec, tiny_config(spec), micro_batch=1, seq=4, accumulate=2, seed=5, steps=2)
 
 
-def test_sequence_parallel_with_pipeline_and_checkpointing():
+def test_sequence_parallel_with_pipeline_and_recomputation():
     # Between stages the activation is this tp rank's (B, T/tp, C) slice of the sequence.
-    spec = layout(tp=2, pp=2, microbatches=2, sequence_parallel=True, checkpoint_activations=True)
+    spec = layout(tp=2, pp=2, microbatches=2, sequence_parallel=True, recompute_activations=True)
     check_layout(spec, tiny_config(spec), micro_batch=2, seq=6, accumulate=1, seed=6, steps=2)
 
 
@@ -167,20 +167,20 @@ def test_accumulating_after_the_sync_is_an_error():
 
 
 @pytest.mark.parametrize("sequence_parallel", [False, True])
-def test_checkpointing_with_tensor_parallel_dropout_recomputes_the_same_masks(sequence_parallel):
+def test_recomputation_with_tensor_parallel_dropout_recomputes_the_same_masks(sequence_parallel):
     # The recomputation must replay the TP dropout streams (replicated, sharded and its fork),
-    # so checkpointing changes nothing. Compared in the same layout and seed: dropout masks
+    # so recomputation changes nothing. Compared in the same layout and seed: dropout masks
     # depend on both, so the dense model is no reference here.
     spec = layout(tp=2, pp=2, microbatches=2, sequence_parallel=sequence_parallel)
     config = GPTConfig(**{**tiny_config(spec).__dict__, "dropout": 0.3})
     batches = make_batches(8, config, 4, 4, 2)
 
-    def run(checkpoint_activations, seed=0):
-        spec_run = dict(spec, checkpoint_activations=checkpoint_activations, seed=seed)
+    def run(recompute_activations, seed=0):
+        spec_run = dict(spec, recompute_activations=recompute_activations, seed=seed)
         return run_threads(4, run_hybrid, spec_run, config, 8, batches, 1, timeout=60)[0]
 
-    plain, checkpointed = run(False), run(True)
-    check_against_single(checkpointed, plain)
+    plain, recomputed = run(False), run(True)
+    check_against_single(recomputed, plain)
     other_masks = run(False, seed=1)
     assert other_masks[0][0] != plain[0][0]  # the masks matter: other streams, another loss
 

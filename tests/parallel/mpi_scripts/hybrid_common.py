@@ -58,7 +58,7 @@ def run_single(config, seed, batches, accumulate):
 
 def run_hybrid(layout, config, seed, batches, accumulate):
     """The same steps on this rank's part of the 3D (4D) model; the layout is a dict of
-    dp, tp, pp, microbatches, schedule, chunks, sequence_parallel, checkpoint_activations, zero
+    dp, tp, pp, microbatches, schedule, chunks, sequence_parallel, recompute_activations, zero
     (and optionally cp, cp_layout)."""
     layout = dict(layout)
     mesh = Mesh(layout.pop("dp"), layout.pop("tp"), layout.pop("pp"), layout.pop("cp", 1))

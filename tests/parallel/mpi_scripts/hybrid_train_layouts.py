@@ -14,10 +14,10 @@ LAYOUTS = [  # (dp, tp, pp), extra switches so that each mechanism also runs on 
     ((2, 2, 2), ["--microbatches", "4", "--schedule", "1f1b", "--zero"]),
     ((1, 2, 4), ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--n-layer", "8",
                  "--sequence-parallel"]),
-    ((4, 2, 1), ["--microbatches", "2", "--checkpoint-activations"]),
+    ((4, 2, 1), ["--microbatches", "2", "--recompute-activations"]),
     ((2, 4, 1), ["--sequence-parallel", "--accumulate", "2"]),
     ((8, 1, 1), ["--microbatches", "2", "--zero"]),
-    ((1, 1, 8), ["--microbatches", "8", "--schedule", "gpipe", "--n-layer", "8", "--checkpoint-activations"]),
+    ((1, 1, 8), ["--microbatches", "8", "--schedule", "gpipe", "--n-layer", "8", "--recompute-activations"]),
 ]
 
 world = parallel.world()

@@ -42,7 +42,7 @@ def single_device(config, data, lr=3e-2):
 
 def expert_parallel(config, data, world, dp, ep, microbatches=1, lr=3e-2, tp=1, pp=1, **switches):
     """The same as single_device under HybridGPT(Mesh(dp, tp, pp, ep=ep)) on `world`; switches:
-    HybridGPT's (schedule, chunks, checkpoint_activations, ...)."""
+    HybridGPT's (schedule, chunks, recompute_activations, ...)."""
     mt.manual_seed(0)
     model = HybridGPT(GPT(config, dtype=np.float64), Mesh(dp, tp, pp, world=world, ep=ep), microbatches, **switches)
     model.configure_optimizer(lr=lr)

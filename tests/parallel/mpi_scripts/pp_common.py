@@ -48,9 +48,9 @@ def run_single(cfg, seed, batches):
     return history
 
 
-def run_pipeline(group, cfg, seed, batches, microbatches, schedule, chunks=1, balance=None, checkpoint=False):
+def run_pipeline(group, cfg, seed, batches, microbatches, schedule, chunks=1, balance=None, recompute=False):
     """The same steps on this rank's stages; returns (history, peak activations per step)."""
-    pipe = Pipeline.from_gpt(make_model(cfg, seed), group, microbatches, schedule, chunks, balance, checkpoint)
+    pipe = Pipeline.from_gpt(make_model(cfg, seed), group, microbatches, schedule, chunks, balance, recompute)
     opt = AdamW(pipe.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)  # each rank steps its own stages
     history, peaks = [], []
     for idx, targets in batches:

@@ -38,12 +38,12 @@ def pipeline_layouts(draw):
     return schedule, p, m, v, draw(st.integers(1, 2)), cfg, balance
 
 
-@given(layout=pipeline_layouts(), checkpoint=st.booleans(), seed=seeds)
-def test_loss_gradients_and_adamw_steps_equal_one_device(layout, checkpoint, seed):
+@given(layout=pipeline_layouts(), recompute=st.booleans(), seed=seeds)
+def test_loss_gradients_and_adamw_steps_equal_one_device(layout, recompute, seed):
     schedule, p, m, v, micro, cfg, balance = layout
     batches = make_batches(seed, cfg, m * micro, STEPS)
     runs = run_threads(p, lambda: run_pipeline(parallel.world(), cfg, seed, batches, m, schedule, v, balance,
-                                               checkpoint), timeout=60)
+                                               recompute), timeout=60)
     ref = run_single(cfg, seed, batches)
     peaks = expected_peaks(schedule, p, m, v)
     for rank, (history, rank_peaks) in enumerate(runs):
@@ -52,12 +52,12 @@ def test_loss_gradients_and_adamw_steps_equal_one_device(layout, checkpoint, see
 
 
 @pytest.mark.parametrize("p, m", [(2, 4), (3, 5), (4, 8)])
-def test_gpipe_stores_m_micro_batches_1f1b_at_most_p_and_checkpointing_stores_less(p, m):
+def test_gpipe_stores_m_micro_batches_1f1b_at_most_p_and_recomputation_stores_less(p, m):
     cfg = GPTConfig(vocab_size=7, block_size=4, n_layer=p, n_head=1, d_model=8)
     idx, targets = make_batches(0, cfg, m, 1)[0]
 
-    def peaks(schedule, checkpoint):
-        pipe = Pipeline.from_gpt(GPT(cfg).double(), parallel.world(), m, schedule, checkpoint=checkpoint)
+    def peaks(schedule, recompute):
+        pipe = Pipeline.from_gpt(GPT(cfg).double(), parallel.world(), m, schedule, recompute=recompute)
         pipe.train_step(idx, targets)
         return pipe.peak_activations, pipe.peak_activation_bytes
 

@@ -59,7 +59,7 @@ def test_without_the_sum_the_pipeline_would_not_equal_one_device(monkeypatch):
     # The embedding's gradient would miss the head's part (first stage) or the lookup's (last).
     monkeypatch.setattr(TiedGradients, "finish", lambda self: None)
     spec = dict(dp=1, tp=1, pp=2, microbatches=2, schedule="1f1b", chunks=1, sequence_parallel=False,
-                checkpoint_activations=False, zero=False)
+                recompute_activations=False, zero=False)
     batches = make_batches(2, CONFIG, 2, 5, 1)
     history = run_threads(2, run_hybrid, spec, CONFIG, 2, batches, 1, timeout=60)[0]
     with pytest.raises(AssertionError, match="tok_emb.weight"):

@@ -26,9 +26,9 @@ MEDIUM = get_config("medium")
 def test_activations_per_rank_divide_by_cp_and_lose_the_attention_probabilities(cp):
     config = replace(MEDIUM, block_size=1024)
     s, b, h = config.block_size, 2, config.d_model
-    # checkpointing keeps only each block's input: exactly 1/cp of it
-    assert block_activation_bytes(config, b, checkpoint=True, cp=cp) * cp == block_activation_bytes(
-        config, b, checkpoint=True)
+    # recomputation keeps only each block's input: exactly 1/cp of it
+    assert block_activation_bytes(config, b, recompute=True, cp=cp) * cp == block_activation_bytes(
+        config, b, recompute=True)
     # otherwise the per-token terms divide by cp; the 5·a·s/h probabilities become q, k, v, output (8)
     for tp, sp in ((1, False), (2, False), (2, True)):
         expected = s // cp * b * h * ((34 + 8) / tp if sp else 10 + 24 / tp + 8 / tp) * 4 / 2

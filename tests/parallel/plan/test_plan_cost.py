@@ -33,18 +33,18 @@ def test_link_is_intra_node_only_when_the_group_fits():
 
 
 @given(st.integers(1, 6), st.integers(1, 3), st.booleans())
-def test_stage_flops_sum_to_6NT_plus_attention(pp_layers, b, checkpoint):
+def test_stage_flops_sum_to_6NT_plus_attention(pp_layers, b, recompute):
     config = get_config("medium")
     pp = min(pp_layers, config.n_layer)
     s, h, L, V = config.block_size, config.d_model, config.n_layer, config.vocab_size
     tokens = b * s
-    total = sum(stage_flops(config, layers, tokens, 1, checkpoint, stage == pp - 1)
+    total = sum(stage_flops(config, layers, tokens, 1, recompute, stage == pp - 1)
                 for stage, layers in enumerate(stage_layers(L, pp)))
     dense = 6 * (12 * L * h * h + V * h) * tokens + 12 * L * b * s * s * h
-    recompute = (2 * 12 * L * h * h * tokens + 4 * L * b * s * s * h) if checkpoint else 0
-    assert total == pytest.approx(dense + recompute, rel=1e-12)
-    assert stage_flops(config, 2, tokens, 4, checkpoint, True) == \
-        pytest.approx(stage_flops(config, 2, tokens, 1, checkpoint, True) / 4)
+    again = (2 * 12 * L * h * h * tokens + 4 * L * b * s * s * h) if recompute else 0  # the forward, recomputed
+    assert total == pytest.approx(dense + again, rel=1e-12)
+    assert stage_flops(config, 2, tokens, 4, recompute, True) == \
+        pytest.approx(stage_flops(config, 2, tokens, 1, recompute, True) / 4)
 
 
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
@@ -71,11 +71,11 @@ TWO_PER_NODE = {"name": "two-per-node", "peak_flops": {"float32": 1e9}, "efficie
 
 
 def test_every_term_equals_the_hand_computed_value_for_a_small_layout():
-    # dp2·tp2·pp2, m=2, checkpointing, float32, batch 8: b = 8/(2·2) = 2 sequences, T = 8 tokens.
-    est = estimate(TINY, Layout(dp=2, tp=2, pp=2, micro_batches=2, checkpoint=True), 8, TWO_PER_NODE)
+    # dp2·tp2·pp2, m=2, recomputation, float32, batch 8: b = 8/(2·2) = 2 sequences, T = 8 tokens.
+    est = estimate(TINY, Layout(dp=2, tp=2, pp=2, micro_batches=2, recompute=True), 8, TWO_PER_NODE)
     intra, inter = (1e-6, 1e-9), (1e-5, 1e-8)   # (α s, β s/B)
     message = 2 * 4 * 8 * 4                     # b·s·h float32 activations = 256 B
-    # tp: ranks 0,1 share a node; a ring all-reduce of 2 ranks is 2·1·(α + 128 B·β); checkpointing
+    # tp: ranks 0,1 share a node; a ring all-reduce of 2 ranks is 2·1·(α + 128 B·β); recomputation
     # recomputes the forward, so 6 all-reduces per block (4 without); one block per stage.
     tp_mb = 6 * 2 * (intra[0] + message / 2 * intra[1])
     # pp: ranks tp·dp = 4 apart, other node; one send forward and one backward per micro-batch.
@@ -94,7 +94,7 @@ def test_every_term_equals_the_hand_computed_value_for_a_small_layout():
     assert est.time["compute"] == pytest.approx(2 * compute_mb, rel=1e-12)
     assert est.time["bubble"] == pytest.approx(1 * t_stage, rel=1e-12)   # (p − 1)·t_stage
     assert est.time["total"] == pytest.approx(2 * compute_mb + sum(expected_comm.values()) + t_stage, rel=1e-12)
-    # The same layout without checkpointing: 4 all-reduces per block, 3 passes of the block.
+    # The same layout without recomputation: 4 all-reduces per block, 3 passes of the block.
     plain = estimate(TINY, Layout(dp=2, tp=2, pp=2, micro_batches=2), 8, TWO_PER_NODE)
     assert plain.comm["tp"] == pytest.approx(2 * 4 * 2 * (intra[0] + 128 * intra[1]), rel=1e-12)
     assert plain.time["compute"] == pytest.approx(2 * (39936 + 6144) / 2 / 5e8, rel=1e-12)
@@ -107,11 +107,11 @@ def test_sequence_parallel_same_time_less_activation_memory():
     assert sp.memory["activations"] < plain.memory["activations"]
 
 
-def test_checkpointing_trades_flops_for_memory():
+def test_recomputation_trades_flops_for_memory():
     plain = estimate(MEDIUM, Layout(dp=4), 32, LAPTOP)
-    ckpt = estimate(MEDIUM, Layout(dp=4, checkpoint=True), 32, LAPTOP)
-    assert ckpt.time["compute"] > plain.time["compute"]
-    assert ckpt.memory["activations"] < plain.memory["activations"]
+    recomputed = estimate(MEDIUM, Layout(dp=4, recompute=True), 32, LAPTOP)
+    assert recomputed.time["compute"] > plain.time["compute"]
+    assert recomputed.memory["activations"] < plain.memory["activations"]
 
 
 def test_zero1_costs_the_same_dp_time_and_less_optimizer_memory():
@@ -153,4 +153,4 @@ def test_bubble_of_every_schedule_equals_the_checkers_simulation(schedule, pp, m
     est = estimate(MEDIUM, layout, batch=8 * m, profile=LAPTOP)
     pipelined = est.time["total"] - est.comm["dp"]  # m·t_stage + bubble
     assert est.time["bubble"] / pipelined == pytest.approx(simulated, rel=1e-9)
-    assert bubble_slots(schedule, pp, m, checkpoint=True) == pp - 1  # W runs inside B
+    assert bubble_slots(schedule, pp, m, recompute=True) == pp - 1  # W runs inside B

@@ -63,8 +63,8 @@ def test_korthikanti_activation_formulas_for_gpt3():
     assert block_activation_bytes(GPT3, 1, tp=8, dtype="mixed") == sbh * (10 + 3 + 10)
     assert block_activation_bytes(GPT3, 1, tp=8, sequence_parallel=True, dtype="mixed") == \
         sbh * 114 / 8
-    assert block_activation_bytes(GPT3, 1, tp=8, checkpoint=True, dtype="mixed") == 2 * sbh
-    assert block_activation_bytes(GPT3, 1, tp=8, sequence_parallel=True, checkpoint=True,
+    assert block_activation_bytes(GPT3, 1, tp=8, recompute=True, dtype="mixed") == 2 * sbh
+    assert block_activation_bytes(GPT3, 1, tp=8, sequence_parallel=True, recompute=True,
                                   dtype="mixed") == 2 * sbh / 8
     # float32 doubles every figure, and b scales linearly
     assert block_activation_bytes(GPT3, 3, tp=8) == 2 * 3 * sbh * 23
@@ -92,9 +92,9 @@ def test_stage_activations_are_blocks_times_micro_batches_in_flight(stage, in_fl
     assert activation_bytes_per_rank(TINY, layout, 2, stage) == BLOCK * in_flight   # 1F1B: min(m, p − stage)
     gpipe = Layout(dp=2, tp=2, pp=2, micro_batches=2, schedule="gpipe")
     assert activation_bytes_per_rank(TINY, gpipe, 2, stage) == BLOCK * 2            # GPipe: all m
-    # checkpointing keeps each block's input, 2·s·b·h·2 = 256 B, plus one block in full while recomputed
-    checkpointed = Layout(dp=2, tp=2, pp=2, micro_batches=2, checkpoint=True)
-    assert activation_bytes_per_rank(TINY, checkpointed, 2, stage) == 256 * in_flight + BLOCK
+    # recomputation keeps each block's input, 2·s·b·h·2 = 256 B, plus one block in full while recomputed
+    recomputed = Layout(dp=2, tp=2, pp=2, micro_batches=2, recompute=True)
+    assert activation_bytes_per_rank(TINY, recomputed, 2, stage) == 256 * in_flight + BLOCK
     # sequence parallel splits everything: s·b·h·(34 + 5·a·s/h)/t·2 = 64·39 = 2496 B
     sp = Layout(dp=2, tp=2, pp=2, micro_batches=2, sequence_parallel=True)
     assert activation_bytes_per_rank(TINY, sp, 2, stage) == 2496 * in_flight

@@ -46,11 +46,11 @@ def test_stage_times_add_the_tensor_parallel_collectives():
     assert last == (2 * (1 + 2000) + 100 + 3 * 0.5, 2 * (2 + 2000) + 200 + 1000)
 
 
-def test_checkpointing_runs_each_stage_forward_again_in_its_backward():
+def test_recomputation_runs_each_stage_forward_again_in_its_backward():
     parts = PartCosts(embed=(10.0, 20.0), block=(1.0, 2.0), head=(100.0, 200.0), optimizer_per_param=0.0)
     free = lambda elements: 0.0  # noqa: E731
     plain = stage_times(CONFIG, Layout(pp=2), 2, parts, [2, 2], free)
-    recomputed = stage_times(CONFIG, Layout(pp=2, checkpoint=True), 2, parts, [2, 2], free)
+    recomputed = stage_times(CONFIG, Layout(pp=2, recompute=True), 2, parts, [2, 2], free)
     assert recomputed == [(f, b + f) for f, b in plain]
 
 

@@ -194,7 +194,7 @@ def test_the_fitted_collectives_are_merged_per_group_size_figure_by_figure():
     assert merge_links(lines)["collectives"] == {2: {"alpha_us": 2.0, "bandwidth_gbps": 5.0}}
 
 
-def test_layouts_saved_before_checkpointing_was_measured_read_as_without_it():
+def test_layouts_saved_before_recomputation_was_measured_read_as_without_it():
     assert unpack([2, 1, 1, 3]) == (2, 1, 1, 3, False)
     assert unpack((1, 1, 2, 0, True)) == (1, 1, 2, 0, True)
 

@@ -1,13 +1,15 @@
 """Make the addition GPT smaller and measure what it costs: pruning and distillation.
 
-    python -m parallel.compress prune   [--sparsity 0.5 0.75 0.9] [--finetune-steps N] ...
-    python -m parallel.compress distill [--seeds 0 1 2] [--steps N] [--alpha A] [--temperature T] ...
+    python -m parallel.smaller_models prune   [--sparsity 0.5 0.75 0.9] [--finetune-steps N] ...
+    python -m parallel.smaller_models distill [--seeds 0 1 2] [--steps N] [--alpha A] [--temperature T] ...
 
 Both start from the teacher: the 2-digit addition GPT trained once on one device (cached
 in the system's temporary directory, keyed by its settings). Every run is a pure
 function of its seeds: batches come from (seed, step), as in `parallel.train`.
 The mechanisms themselves are `minitensor.prune` and `minitensor.distill`; this module
-only runs the experiments and prints their progress and tables.
+only runs the experiments and prints their progress and tables. (Named for what it makes,
+not "compress": in this project compression means only gradient compression, the
+communication hooks of parallel.data_parallel.comm_hooks and `parallel.train --compress`.)
 """
 import copy
 import hashlib
@@ -66,7 +68,7 @@ def train(model, steps, seed, loss_of=None, after_step=None, lr=LR, log=None):
 def trained_teacher(steps, seed=0, log=None):
     """The teacher GPT after `steps` training steps (cached in the temporary directory)."""
     key = hashlib.sha1(json.dumps([TEACHER, DIGITS, BATCH, LR, steps, seed]).encode()).hexdigest()[:12]
-    cache = Path(tempfile.gettempdir()) / f"minitensor_compress_teacher_{key}.npz"
+    cache = Path(tempfile.gettempdir()) / f"minitensor_smaller_models_teacher_{key}.npz"
     model = gpt(TEACHER, seed)
     if cache.exists():
         model.load_state_dict(dict(np.load(cache)))

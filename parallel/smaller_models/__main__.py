@@ -1,4 +1,4 @@
-"""`python -m parallel.compress prune|distill [flags]`: progress lines, then a table."""
+"""`python -m parallel.smaller_models prune|distill [flags]`: progress lines, then a table."""
 import argparse
 import sys
 import time
@@ -11,14 +11,14 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, POSITIVE, bad_flag
 from . import STUDENT, TEACHER, distill_experiment, gpt, prune_experiment, task, trained_teacher
 
 EXAMPLES = """examples:
-  python -m parallel.compress prune                         # 50/75/90% magnitude + structured, fine-tuned
-  python -m parallel.compress prune --sparsity 0.9 --finetune-steps 100
-  python -m parallel.compress distill --seeds 0 1 2 --steps 800
+  python -m parallel.smaller_models prune                         # 50/75/90% magnitude + structured, fine-tuned
+  python -m parallel.smaller_models prune --sparsity 0.9 --finetune-steps 100
+  python -m parallel.smaller_models distill --seeds 0 1 2 --steps 800
 """
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m parallel.compress", epilog=EXAMPLES,
+    p = argparse.ArgumentParser(prog="python -m parallel.smaller_models", epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Prune or distill the 2-digit addition GPT and measure held-out exact match.")
     common = argparse.ArgumentParser(add_help=False)

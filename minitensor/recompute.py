@@ -1,6 +1,11 @@
-"""Activation checkpointing: trade compute for memory by recomputing a region in backward.
+"""Activation recomputation: trade compute for memory by recomputing a region in backward.
 
-    y = checkpoint(block, x)          # same value and gradients as y = block(x)
+    y = recompute(block, x)           # same value and gradients as y = block(x)
+
+PyTorch calls this `torch.utils.checkpoint.checkpoint` ("activation checkpointing");
+here the word checkpoint means only saved training state (`parallel.checkpoint`,
+`--save/--resume`), so the mechanism takes Megatron-LM's word for it: recompute
+(`--recompute-activations`).
 
 Forward runs `fn` under `no_grad`, so none of its intermediate activations are kept:
 the graph holds one node that remembers only the inputs. When backward reaches that
@@ -25,8 +30,8 @@ from minitensor.random import default_generator
 from minitensor.tensor import Tensor
 
 
-class Checkpoint(autograd.Function):
-    """The single node a checkpointed region leaves in the graph."""
+class Recompute(autograd.Function):
+    """The single node a recomputed region leaves in the graph."""
 
     def backward(self, grad):
         inputs = [Tensor(t.data, requires_grad=t.requires_grad) for t in self.inputs]
@@ -40,7 +45,7 @@ class Checkpoint(autograd.Function):
         return tuple(t.grad if t.requires_grad else None for t in inputs)
 
 
-def checkpoint(fn, *args, generators=()):
+def recompute(fn, *args, generators=()):
     """`fn(*args)` without storing its activations; they are recomputed in backward.
 
     `fn` must return one Tensor. Tensor arguments are the region's inputs (gradients
@@ -53,7 +58,7 @@ def checkpoint(fn, *args, generators=()):
     _check_output(out, fn)
     if not autograd.is_grad_enabled():
         return out
-    node = Checkpoint()
+    node = Recompute()
     node.fn, node.args, node.rng_states = fn, args, rng_states
     node.inputs = tuple(a for a in args if isinstance(a, Tensor))
     values = (a.data if isinstance(a, Tensor) else a for a in args)
@@ -83,6 +88,6 @@ class _replayed:
 
 def _check_output(out, fn):
     if not isinstance(out, Tensor):
-        raise TypeError(f"checkpoint: {getattr(fn, '__name__', type(fn).__name__)} must return one Tensor, "
+        raise TypeError(f"recompute: {getattr(fn, '__name__', type(fn).__name__)} must return one Tensor, "
                         f"got {type(out).__name__}")
 

@@ -1,7 +1,7 @@
 """Chapter 8, part 1: 1F1B stores at most p micro-batches per stage; GPipe stores all m.
 
-    python tutorials/08_1f1b_checkpointing/one_f_one_b.py --threads 2
-    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_checkpointing/one_f_one_b.py
+    python tutorials/08_1f1b_recomputation/one_f_one_b.py --threads 2
+    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_recomputation/one_f_one_b.py
 
 Prints: the simulated timelines of GPipe and 1F1B for p = 4 stages and m = 8
 micro-batches with their bubbles and the peak stored micro-batches of every stage,

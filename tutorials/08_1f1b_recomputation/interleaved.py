@@ -1,7 +1,7 @@
 """Chapter 8, part 3: the interleaved schedule — v model chunks per rank, a v times smaller bubble.
 
-    python tutorials/08_1f1b_checkpointing/interleaved.py --threads 2
-    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_checkpointing/interleaved.py
+    python tutorials/08_1f1b_recomputation/interleaved.py --threads 2
+    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_recomputation/interleaved.py
 
 Prints: which model stages each rank holds with v = 2 chunks, the simulated timelines
 of 1F1B and interleaved 1F1B for p = 2, m = 4 with their bubbles next to the formulas

@@ -1,11 +1,11 @@
-"""Chapter 8, part 2: activation checkpointing — keep the stage input, recompute the rest.
+"""Chapter 8, part 2: activation recomputation — keep the stage input, recompute the rest.
 
-    python tutorials/08_1f1b_checkpointing/checkpointing.py --threads 2
-    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_checkpointing/checkpointing.py
+    python tutorials/08_1f1b_recomputation/recomputation.py --threads 2
+    mpiexec -n 2 python -m mpi4py tutorials/08_1f1b_recomputation/recomputation.py
 
 Prints: for one transformer block, the bytes its graph keeps for backward with and
-without minitensor.checkpoint, the forwards run by backward, and the gradient
-difference; then a 1F1B pipeline step with and without checkpointing on this run's
+without minitensor.recompute, the forwards run by backward, and the gradient
+difference; then a 1F1B pipeline step with and without recomputation on this run's
 ranks: gradient difference to one device, peak activation bytes per stage (a bar
 each), forward passes per step, and the step time (which varies from run to run).
 """
@@ -18,7 +18,7 @@ import numpy as np
 import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
 from minitensor import graph
-from minitensor.checkpoint import checkpoint
+from minitensor.recompute import recompute
 from minitensor.models import GPT, GPTConfig
 from minitensor.models.gpt import Block
 from parallel import Pipeline
@@ -52,15 +52,15 @@ def one_block(say):
         block.zero_grad()
         block.forwards = 0
         mt.manual_seed(1)                  # the same dropout draws in both runs (if you turn dropout on)
-        y = checkpoint(block, x) if use else block(x)
+        y = recompute(block, x) if use else block(x)
         kept = graph.totals(y)["saved_bytes"]
         forwards_before = block.forwards
         (y * y).sum().backward()
         grads[use] = [x.grad] + [p.grad.copy() for p in block.parameters()]
-        label = "checkpointed" if use else "plain"
-        say(f"  {label:<12}: saved bytes {kept:>8}, forwards in forward {forwards_before}, "
+        label = "recomputed" if use else "plain"
+        say(f"  {label:<10}: saved bytes {kept:>8}, forwards in forward {forwards_before}, "
             f"forwards in backward {block.forwards - forwards_before}")
-    say(f"  checkpointed vs plain gradients, largest difference: "
+    say(f"  recomputed vs plain gradients, largest difference: "
         f"{max(np.abs(a - b).max() for a, b in zip(grads[False], grads[True])):.1e}")
 
 
@@ -79,9 +79,9 @@ def main():
     say(f"\n1F1B on p = {group.size} rank(s), m = {M} micro-batches:")
     peaks = {}
     for use in (False, True):
-        label = "checkpointed" if use else "plain"
+        label = "recomputed" if use else "plain"
         mt.manual_seed(0)
-        pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=M, schedule="1f1b", checkpoint=use)
+        pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=M, schedule="1f1b", recompute=use)
         stage = count_forwards(pipe.stages[0])
         pipe.train_step(idx, targets)                    # warm-up
         stage.forwards = 0
@@ -100,7 +100,7 @@ def main():
     for label, nbytes in peaks.items():
         for s, b in enumerate(nbytes):
             say(f"  {label:<12} stage {s}  {int(b):>9}  {'#' * max(1, round(40 * b / largest))}")
-    say(f"  checkpointed / plain, summed over stages: {peaks['checkpointed'].sum() / peaks['plain'].sum():.4f}")
+    say(f"  recomputed / plain, summed over stages: {peaks['recomputed'].sum() / peaks['plain'].sum():.4f}")
 
 
 if __name__ == "__main__":
