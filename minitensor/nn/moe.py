@@ -24,9 +24,12 @@ Two losses join the model's loss (`aux_loss`), each a mean over the token groups
 pushes probability away from the experts that receive most tokens. Without it a router
 collapses: the experts that win early are trained most, so they win more.
 
-Why a group is one sequence: every layout splits the batch by whole sequences (data
-parallelism by rows, micro-batches by rows), so the groups, their capacities and their
-statistics are the same on one device and in every layout, with no communication.
+Why a group is one sequence: data parallelism and micro-batches split the batch by whole
+sequences (by rows), so the groups, their capacities and their statistics are the same on
+one device and in those layouts, with no communication. Context parallelism splits each
+sequence over the cp ranks (`sequence_split`): the balancing loss then averages the
+shares fᵢ over them (one small all-reduce per layer), and a capacity, which keeps a
+group's earliest tokens first, is refused (those tokens lie on other ranks).
 """
 import math
 from collections import namedtuple
@@ -53,16 +56,22 @@ def top_k(probs, k):
     # end exercise
 
 
-def balancing_loss(probs, experts, groups, coef):
+def balancing_loss(probs, experts, groups, coef, sequence_split=None):
     """α·E·(mean over groups of Σᵢ fᵢ·Pᵢ): probs the router's (N, E) Tensor, experts the
-    (N, k) top-k choices, the N tokens in `groups` equal groups."""
+    (N, k) top-k choices, the N tokens in `groups` equal groups. `sequence_split`: the group
+    whose ranks hold the other tokens of each token group (context parallelism's cp group),
+    or None. f is then the ranks' mean of their shares, the whole group's f, while P stays
+    this rank's: the ranks' mean of this loss is the whole group's Σᵢ fᵢ·Pᵢ."""
     n, k = experts.shape
     n_experts, per_group = probs.shape[-1], n // groups
     # exercise 20.1: the router's top-k and balancing loss
-    # hint: f (groups, E): each assignment adds 1/(per_group·k) at (its token's group, its expert) (np.add.at);
+    # hint: f (groups, E): each assignment adds 1/(per_group·k) at (its token's group, its expert) (np.add.at),
+    # hint: averaged over sequence_split's ranks if there is one (all_reduce, / size);
     # hint: P (groups, E): probs averaged over each group's tokens; then α·E·Σ f·P / groups.
     f = np.zeros((groups, n_experts), probs.dtype)
     np.add.at(f, (np.arange(n)[:, None] // per_group, experts), 1 / (per_group * k))
+    if sequence_split is not None:
+        f = sequence_split.all_reduce(f) / sequence_split.size
     mean_probs = probs.reshape(groups, per_group, n_experts).mean(axis=1)
     return (mean_probs * f).sum() * (coef * n_experts / groups)
     # end exercise
@@ -163,6 +172,7 @@ class MoE(Module):
         self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
         self.drop = Dropout(dropout)
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
+        self.sequence_split = None  # context parallelism's cp group: each sequence's tokens on its ranks
         self.aux_loss = self.load = self.dropped = None
 
     def forward(self, x):
@@ -187,6 +197,7 @@ class MoE(Module):
         if self.capacity_factor is not None:
             kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
         order, counts = dispatch_order(experts.reshape(-1), kept, self.n_experts)
-        self.aux_loss = balancing_loss(probs, experts, groups, self.aux_loss_coef) + z_loss(logits, self.z_loss_coef)
+        self.aux_loss = (balancing_loss(probs, experts, groups, self.aux_loss_coef, self.sequence_split)
+                         + z_loss(logits, self.z_loss_coef))
         self.load, self.dropped = counts, int(n * k - kept.sum())
         return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)

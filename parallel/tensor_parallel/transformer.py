@@ -92,7 +92,7 @@ class ParallelBlock(TensorParallelModule):
         self.attn = ParallelSelfAttention(dense.attn, group, sequence_parallel=sequence_parallel, rng=rng,
                                           context=context)
         self.ln_2 = replicated_copy(dense.ln_2, partial_grad=sequence_parallel)
-        self.mlp = (whole_experts(dense.mlp, rng, sequence_parallel) if isinstance(dense.mlp, MoE) else
+        self.mlp = (whole_experts(dense.mlp, rng, sequence_parallel, context) if isinstance(dense.mlp, MoE) else
                     ParallelMLP(dense.mlp, group, sequence_parallel=sequence_parallel, rng=rng))
 
     def forward(self, x):
@@ -100,10 +100,17 @@ class ParallelBlock(TensorParallelModule):
         return x + self.mlp(self.ln_2(x))
 
 
-def whole_experts(moe, rng, sequence_parallel):
-    """The MoE layer itself, replicated on the tp ranks: its dropout draws from their shared stream."""
+def whole_experts(moe, rng, sequence_parallel, context=None):
+    """The MoE layer itself, replicated on the tp ranks: its dropout draws from their shared stream.
+    Under context parallelism its balancing loss averages its shares over the cp group."""
     if sequence_parallel:
         raise ValueError("a mixture-of-experts MLP under sequence parallelism: its experts run whole on every tp "
                          "rank's activation, which SP splits by position; turn sequence parallelism off")
+    if context is not None:
+        if moe.capacity_factor is not None:
+            raise ValueError(f"a mixture-of-experts capacity (capacity_factor={moe.capacity_factor}) under context "
+                             f"parallelism: it keeps each sequence's earliest tokens first, which lie on other cp "
+                             f"ranks; use dropless routing (no capacity factor)")
+        moe.sequence_split = context.group
     moe.drop = dropout_like(moe.drop, rng, sharded=False)
     return moe

@@ -159,6 +159,9 @@ def check_expert_args(args):
     if args.sequence_parallel:
         raise ValueError(f"{flag} with --sequence-parallel: the experts run whole on every tp rank's activation, "
                          f"which sequence parallelism splits by position; leave it off")
+    if args.cp > 1 and args.capacity_factor is not None:
+        raise ValueError(f"--capacity-factor {args.capacity_factor} with --cp {args.cp}: a capacity keeps each "
+                         f"sequence's earliest tokens first, which lie on other cp ranks; leave it off (dropless)")
     if args.precision in ("fp16", "bf16"):  # measured: fp16 under --tp 2 routed a token elsewhere at step 1
         raise ValueError(f"{flag} with --precision {args.precision}: routing is a discrete choice, and 16-bit rounding "
                          f"that differs between layouts sends a token to another expert, so no tolerance compares "

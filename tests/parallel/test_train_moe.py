@@ -1,9 +1,12 @@
-"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp, pp or
-ZeRO-1 beside, equals one device under --check; a checkpoint reshards to another ep and to one device;
-every bad or not-yet-composed combination is exit status 2 with one line."""
+"""`python -m parallel.train --experts E`: the mixture of experts over dp × ep, with tp, pp, cp or
+any ZeRO stage beside, equals one device under --check (threads, and the composition's proof on
+real mpiexec ranks); a checkpoint reshards to another ep and to one device; every bad or
+not-yet-composed combination is exit status 2 with one line."""
 import json
+import re
 
 import pytest
+from mpi_launch import requires_mpiexec, run_mpi
 
 from parallel.train import main
 
@@ -24,6 +27,22 @@ def test_check_equals_one_device(layout, capsys):
     assert "ep all_to_all" in out and "4 experts (top-" in out
 
 
+# The composition's proof (issue 44): the replica synchronisations of ZeRO-2/3 and the cp ring take a
+# mixture of experts with no branch of their own; every rank's check must pass, on real ranks.
+@requires_mpiexec
+@pytest.mark.parametrize("layout", [["--dp", "4", "--ep", "2", "--zero", "2"], ["--dp", "4", "--ep", "2", "--zero", "3"],
+                                    ["--dp", "2", "--ep", "2", "--cp", "2"],
+                                    ["--dp", "2", "--ep", "2", "--tp", "2", "--zero", "3"],
+                                    ["--dp", "2", "--ep", "2", "--pp", "2", "--zero", "2", "--microbatches", "2"]])
+def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout):
+    result = run_mpi(4, ["-m", "parallel.train", *TINY, "--experts", "4", "--steps", "2", "--check", "2", *layout],
+                     timeout=240)
+    worst = re.search(r"^check: largest relative difference to one device over 2 step\(s\): (\S+) \(tolerance 1e-09",
+                      result.stdout, re.MULTILINE)
+    assert worst and float(worst.group(1)) < 1e-9, result.stdout
+    assert re.search(r"^  ep all_to_all +\d+ calls", result.stdout, re.MULTILINE), result.stdout
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--experts", "6", "--ep", "4", "--dp", "4", "--threads", "4"], "--experts 6 is not divisible by --ep 4"),
     (["--experts", "2", "--top-k", "3"], "--top-k 3 exceeds --experts 2"),
@@ -34,6 +53,8 @@ def test_check_equals_one_device(layout, capsys):
     (["--experts", "2", "--compress", "sign", "--dp", "2", "--threads", "2"],
      "--experts 2 does not combine with --compress sign yet"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
+    (["--experts", "2", "--cp", "2", "--capacity-factor", "1.0", "--threads", "2"],
+     "--capacity-factor 1.0 with --cp 2: a capacity keeps each sequence's earliest tokens first"),
 ])
 def test_bad_expert_flags_are_exit_2_with_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -1,4 +1,4 @@
-"""Expert parallelism equals one device: hypothesis over (dp, ep, tp, pp, schedule, ZeRO-1,
+"""Expert parallelism equals one device: hypothesis over (dp, ep, tp, pp, cp, schedule, ZeRO stage,
 recomputation, E, k, renormalise, capacity, micro-batches) on the threads backend, and fixed
 layouts under real mpiexec."""
 import re
@@ -22,25 +22,27 @@ SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
 
 @st.composite
 def moe_layouts(draw):
-    """A mixture-of-experts layout of at most 4 ranks: dp × ep, with tp or pp beside them."""
+    """A mixture-of-experts layout of at most 4 ranks: dp × ep, with tp, pp or cp beside them, any ZeRO stage."""
     ep = draw(st.sampled_from([1, 2, 4]))
     dp = ep * draw(st.sampled_from([1, 2] if ep < 4 else [1]))
-    tp, pp = draw(st.sampled_from([(1, 1), (2, 1), (1, 2)] if dp <= 2 else [(1, 1)]))
+    tp, pp, cp = draw(st.sampled_from([(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)] if dp <= 2 else [(1, 1, 1)]))
     n_experts = ep * draw(st.integers(1, 2))
     schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"])) if pp > 1 else "1f1b"
-    return dict(dp=dp, ep=ep, tp=tp, pp=pp, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
-                renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from([None, 0.5, 1.0, 1.5])),
+    capacities = [None] if cp > 1 else [None, 0.5, 1.0, 1.5]  # a capacity under cp is refused (dropless only)
+    return dict(dp=dp, ep=ep, tp=tp, pp=pp, cp=cp, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
+                renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from(capacities)),
                 microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])),
-                schedule=schedule, recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1])))
+                schedule=schedule, recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
 
 
 @given(moe_layouts())
 def test_every_layout_equals_one_device_over_several_adamw_steps(layout):
-    dp, ep, tp, pp, m = (layout.pop(axis) for axis in ("dp", "ep", "tp", "pp", "microbatches"))
+    dp, ep, tp, pp, cp, m = (layout.pop(axis) for axis in ("dp", "ep", "tp", "pp", "cp", "microbatches"))
     switches = {name: layout.pop(name) for name in ("schedule", "recompute_activations", "zero")}
     config, data = moe_config(**layout), batches(3, batch=2 * dp * m)
     reference = single_device(config, data)
-    results = run_threads(dp * tp * pp, lambda: expert_parallel(config, data, None, dp, ep, m, tp=tp, pp=pp, **switches))
+    results = run_threads(dp * tp * pp * cp,
+                          lambda: expert_parallel(config, data, None, dp, ep, m, tp=tp, pp=pp, cp=cp, **switches))
     for result in results:
         assert worst_difference(reference, result) < 1e-9
 

@@ -15,12 +15,12 @@ NOISE_FLOOR, PARAM_FLOOR = 1e-6, 1e-3
 
 
 def moe_config(n_experts, top_k, renormalize=True, capacity_factor=None, moe_every=1):
-    return GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, d_model=8, d_ff=12, n_experts=n_experts,
+    return GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=8, d_ff=12, n_experts=n_experts,
                      top_k=top_k, renormalize=renormalize, capacity_factor=capacity_factor, moe_every=moe_every,
                      aux_loss_coef=0.1, z_loss_coef=0.01)
 
 
-def batches(steps, batch=8, seq=6, seed=0):
+def batches(steps, batch=8, seq=8, seed=0):
     rng = np.random.default_rng(seed)
     return [(rng.integers(0, 11, (batch, seq)), rng.integers(0, 11, (batch, seq))) for _ in range(steps)]
 
@@ -40,11 +40,12 @@ def single_device(config, data, lr=3e-2):
     return steps, {name: p.data.copy() for name, p in model.named_parameters()}
 
 
-def expert_parallel(config, data, world, dp, ep, microbatches=1, lr=3e-2, tp=1, pp=1, **switches):
-    """The same as single_device under HybridGPT(Mesh(dp, tp, pp, ep=ep)) on `world`; switches:
-    HybridGPT's (schedule, chunks, recompute_activations, ...)."""
+def expert_parallel(config, data, world, dp, ep, microbatches=1, lr=3e-2, tp=1, pp=1, cp=1, **switches):
+    """The same as single_device under HybridGPT(Mesh(dp, tp, pp, cp, ep=ep)) on `world`; switches:
+    HybridGPT's (schedule, chunks, recompute_activations, zero, ...)."""
     mt.manual_seed(0)
-    model = HybridGPT(GPT(config, dtype=np.float64), Mesh(dp, tp, pp, world=world, ep=ep), microbatches, **switches)
+    model = HybridGPT(GPT(config, dtype=np.float64), Mesh(dp, tp, pp, cp, world=world, ep=ep), microbatches,
+                      **switches)
     model.configure_optimizer(lr=lr)
     steps = []
     for idx, targets in data:
