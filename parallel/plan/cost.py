@@ -130,47 +130,55 @@ def check_experts_layout(config, layout):
     if has_experts(config):
         if config.n_experts % layout.ep:
             raise ValueError(f"n_experts={config.n_experts} is not divisible by ep={layout.ep}")
-        if layout.zero > 1 or layout.sequence_parallel or layout.cp > 1:
-            raise ValueError(f"a mixture of experts under {layout.name()} {layout.flags()}: ZeRO-2/3, sequence "
-                             "parallelism and cp are not composed with experts")
+        if layout.sequence_parallel:
+            raise ValueError(f"a mixture of experts under {layout.name()} {layout.flags()}: sequence "
+                             "parallelism is not composed with experts (they run whole on every tp rank)")
     elif layout.ep > 1:
         raise ValueError(f"ep={layout.ep} needs a mixture of experts (config.n_experts > 0)")
 
 
+def sharded_seconds(zero, ranks, grad_bytes, gather_bytes, m, alpha, beta):
+    """(seconds, how) of ZeRO's reduction over `ranks`: ZeRO-3 all-gathers the parameters for each
+    micro-batch's forward and backward and reduce-scatters the gradients; ZeRO-1/2 reduce-scatter
+    and all-gather once (a reduce-scatter costs what an all-gather of the same bytes costs)."""
+    if zero == 3:
+        return (2 * m * all_gather(ranks, gather_bytes, alpha, beta) + all_gather(ranks, grad_bytes, alpha, beta),
+                f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter")
+    return all_gather(ranks, grad_bytes, alpha, beta) + all_gather(ranks, gather_bytes, alpha, beta), \
+        "reduce-scatter + all-gather"
+
+
 def dp_seconds(config, layout, profile, precision, balance=None, compress="none", local_steps=1):
     """(seconds, explanation) of one step's dp × cp communication, on the largest stage's
-    parameters: the gradient reduction, and ZeRO's parameter all-gathers."""
+    parameters: the gradient reduction, and ZeRO's parameter all-gathers; under expert
+    parallelism the experts' over their own replicas, edp."""
     p, m, replicas = layout.pp, layout.micro_batches, layout.dp * layout.cp
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, replicas)
     counts = [param_count(config, layout.tp, p, i, balance, layout.ep) for i in range(p)]
     stage = max(range(p), key=counts.__getitem__)  # the first of the largest stages
     count = counts[stage]
-    experts = expert_params_on_stage(config, p, stage, balance, layout.ep)  # reduced over edp = dp/ep instead
-    expert_time = 0.0
-    if experts:
-        edp = layout.dp // layout.ep
-        _, edp_alpha, edp_beta = link(profile, layout.tp * layout.ep, edp)  # edp: every ep-th dp rank
-        expert_time = ring_all_reduce(edp, experts * precision.grad_bytes, edp_alpha, edp_beta)
-        count -= experts
-    grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
+    # reduced over edp = (dp/ep)·cp instead
+    experts = expert_params_on_stage(config, p, stage, balance, layout.ep) if layout.ep > 1 else 0
+    count -= experts
     # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
-    gather_bytes = count * (precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes)
-    if layout.zero == 3:  # parameters all-gathered for forward and again for backward, grads reduce-scattered
-        dp_time = (2 * m * all_gather(replicas, gather_bytes, dp_alpha, dp_beta)
-                   + all_gather(replicas, grad_bytes, dp_alpha, dp_beta))
-        dp_how = f"{2 * m} all-gathers (forward and backward of {m} micro-batch(es)) + reduce-scatter"
-    elif layout.zero:
-        dp_time = (all_gather(replicas, grad_bytes, dp_alpha, dp_beta)
-                   + all_gather(replicas, gather_bytes, dp_alpha, dp_beta))
-        dp_how = "reduce-scatter + all-gather"
+    gather_bytes = precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes
+    grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
+    if layout.zero:
+        dp_time, dp_how = sharded_seconds(layout.zero, replicas, grad_bytes, count * gather_bytes, m, dp_alpha, dp_beta)
     else:
         dp_time, dp_how = dp_communication(
             count, stage_matrices(config, layout.tp, p, stage, balance),
             replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
     line = f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) = {dp_time:.4g} s"
+    expert_time = 0.0
     if experts:
-        line += (f"; experts: all-reduce of {experts * precision.grad_bytes} B over edp = "
-                 f"{layout.dp // layout.ep} ranks = {expert_time:.4g} s")
+        edp = layout.dp // layout.ep * layout.cp
+        _, edp_alpha, edp_beta = link(profile, layout.tp * layout.ep, edp)  # edp: every ep-th dp rank
+        expert_bytes = experts * precision.dp_grad_bytes
+        expert_time, how = (sharded_seconds(layout.zero, edp, expert_bytes, experts * gather_bytes, m, edp_alpha,
+                                            edp_beta) if layout.zero else
+                            (ring_all_reduce(edp, expert_bytes, edp_alpha, edp_beta), "all-reduce"))
+        line += f"; experts: {how} of {expert_bytes} B over edp = {edp} ranks = {expert_time:.4g} s"
     return dp_time + expert_time, line
 
 

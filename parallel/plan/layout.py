@@ -88,8 +88,8 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Layout.{name} must be a positive int, got {value!r}")
-        if self.dp % self.ep or (self.ep > 1 and self.cp > 1):
-            raise ValueError(f"Layout: ep={self.ep} must divide dp={self.dp} (and needs cp=1), as parallel.Mesh's")
+        if self.dp % self.ep:
+            raise ValueError(f"Layout: ep={self.ep} must divide dp={self.dp}, as parallel.Mesh's")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
         if self.sequence_parallel and self.tp == 1:

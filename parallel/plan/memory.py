@@ -22,7 +22,7 @@ optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring
 Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
 """
 from .layout import get_precision
-from .model import expert_params_on_stage, stage_blocks, unit_param_counts
+from .model import stage_blocks, unit_param_counts, unit_replica_counts
 
 
 def _coords(rank_coords):
@@ -58,7 +58,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     mixed policy holds per parameter 2 + (4 + 12)/R bytes under ZeRO-2 and (2 + 4 + 12)/R
     under ZeRO-3, beside the paper's 2 + 2 + 12 with 16-bit gradient chunks.
     A mixture of experts (ep: expert parallelism) holds E/ep experts per MoE block (model.py);
-    under ZeRO-1 their moments are cut over their own replicas, the dp/ep ranks of the edp group.
+    under ep > 1 ZeRO cuts them over their own replicas, the (dp/ep)·cp ranks of the edp group
+    (ZeRO-1: one flat vector of them; ZeRO-2/3: a chunk per unit beside the unit's dense one).
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -66,10 +67,12 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
             raise ValueError(f"{name}_rank={index} out of range for {name}={size}")
     precision = get_precision(dtype)
     replicas = dp * cp
-    units = unit_param_counts(config, tp, pp, pp_rank, balance, ep)
-    count, sharded = sum(units), sum(-(-unit // replicas) for unit in units)
-    experts = expert_params_on_stage(config, pp, pp_rank, balance, ep)  # ZeRO-1 cuts them over edp = dp/ep
-    optim_count = {0: count, 1: -(-(count - experts) // replicas) + -(-experts // (dp // ep))}.get(int(zero), sharded)
+    edp = dp // ep * cp  # the ranks holding an expert's replicas
+    units = unit_replica_counts(config, tp, pp, pp_rank, balance, ep)
+    count = sum(dense + experts for dense, experts in units)
+    sharded = sum(-(-dense // replicas) + -(-experts // edp) for dense, experts in units)
+    experts = sum(experts for _, experts in units)
+    optim_count = {0: count, 1: -(-(count - experts) // replicas) + -(-experts // edp)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
             "grads": sharded * precision.dp_grad_bytes if zero >= 2 else count * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes + (sharded if zero >= 2 else count) * precision.master_bytes}

@@ -155,6 +155,19 @@ def unit_param_counts(config, tp=1, pp=1, stage=0, balance=None, ep=1):
     return first + [moe if config.is_moe(i) else dense for i in blocks] + last
 
 
+def unit_replica_counts(config, tp=1, pp=1, stage=0, balance=None, ep=1):
+    """[(parameters replicated over dp × cp, parameters replicated over edp)] of each ZeRO-2/3
+    unit (unit_param_counts): under expert parallelism a MoE block's E/ep experts have their
+    own replicas (parallel.hybrid.sections); with ep = 1 they are the dense ones'."""
+    units = unit_param_counts(config, tp, pp, stage, balance, ep)
+    if ep == 1 or not has_experts(config):
+        return [(unit, 0) for unit in units]
+    experts, first = config.n_experts // ep * expert_param_count(config), 2 + isinstance(config, BertConfig)
+    moe = [False] * (first if stage == 0 else 0) + [config.is_moe(i) for i in stage_blocks(config, pp, stage, balance)]
+    moe += [False] * (len(units) - len(moe))
+    return [(unit - experts, experts) if is_moe else (unit, 0) for unit, is_moe in zip(units, moe)]
+
+
 def param_count(config, tp=1, pp=1, stage=0, balance=None, ep=1):
     """Parameters held by one rank at pipeline `stage` of a tp × pp (× ep) model (any dp)."""
     return sum(unit_param_counts(config, tp, pp, stage, balance, ep))
