@@ -98,6 +98,10 @@ class Optimizer:
         """The arrays of the optimizer's state, themselves (no copies): the moments, the momentum."""
         return [v for s in self.state.values() for v in s.values() if isinstance(v, np.ndarray)]
 
+    def stepped_arrays(self):
+        """The arrays step() writes, themselves: the parameters' values and the state."""
+        return [p.data for p in self.params] + self.state_arrays()
+
     def state_dict(self):
         return {
             "defaults": dict(self.defaults),

@@ -153,6 +153,14 @@ class ZeroOptimizer(Optimizer):
         """This rank's shard of the moments, themselves."""
         return [self.exp_avg, self.exp_avg_sq]
 
+    def stepped_arrays(self):
+        """The arrays step() writes: the parameters it holds whole (a ZeRO-3 parameter is a read-only
+        placeholder between uses, flat_units.freed_placeholder), the chunks it steps (stage 2/3's
+        `param_shard`, where the bucket keeps one), and the moments."""
+        params = [p.data for p in self.params if p.data.flags.writeable]
+        shards = [b.param_shard for b in self.buckets if self.stage > 1 and b.param_shard is not None]
+        return params + shards + self.state_arrays()
+
     def state_bytes(self):
         """Bytes of optimizer state on THIS rank: ≈ AdamW.state_bytes() / group size."""
         return self.exp_avg.nbytes + self.exp_avg_sq.nbytes

@@ -57,12 +57,7 @@ def state_arrays(model, update):
     optimizer steps and the optimizer's state, or the outer optimizer's anchor and momentum."""
     if update == "outer":
         return [*model.outer.anchors, *model.outer.velocity]
-    # a parameter ZeRO-3 freed is a read-only NaN placeholder (flat_units.freed_placeholder):
-    # its values are its unit's shard, which the optimizer's buckets hold
-    params = [p.data for _, p in model.named_master_parameters() if p.data.flags.writeable]
-    buckets = getattr(model.optimizer, "buckets", ())
-    shards = [b.param_shard for b in buckets if getattr(b, "param_shard", None) is not None]
-    return params + shards + model.optimizer.state_arrays()  # the arrays themselves: no copy per step
+    return model.optimizer.stepped_arrays()  # the arrays themselves: no copy per step
 
 
 BLAME = {"inner": "the optimizer step made a weight or an AdamW moment inf or nan; try a smaller --lr",

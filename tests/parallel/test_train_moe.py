@@ -19,7 +19,10 @@ ERROR = "python -m parallel.train: error: "
                                     ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
                                      "--schedule", "zb-h1", "--recompute-activations"],
                                     ["--threads", "4", "--dp", "4", "--ep", "2", "--top-k", "1", "--moe-every", "2",
-                                     "--microbatches", "2", "--z-loss-coef", "0.01"]])
+                                     "--microbatches", "2", "--z-loss-coef", "0.01"],
+                                    ["--threads", "4", "--dp", "4", "--ep", "2", "--zero", "2"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--cp", "2", "--zero", "3",
+                                     "--aux-loss-coef", "0.1"]])
 def test_check_equals_one_device(layout, capsys):
     result = main(TINY + ["--experts", "4", "--steps", "3", "--check", "3"] + layout)
     out = capsys.readouterr().out
