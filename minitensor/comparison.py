@@ -9,6 +9,7 @@ import numpy as np
 
 from minitensor import dtypes
 from minitensor.autograd import Function
+from minitensor.errors import DTypeError
 from minitensor.operands import binary_operands
 from minitensor.tensor import Tensor
 
@@ -58,7 +59,7 @@ def _bitwise(op, ufunc, *operands):
     """Bitwise ops are defined on bool and integer tensors only, as in PyTorch."""
     tensors = binary_operands(op, *operands) if len(operands) == 2 else operands
     if any(dtypes.is_floating(t.dtype) for t in tensors):
-        raise TypeError(f"{op}: needs bool or integer tensors, got dtypes {[str(t.dtype) for t in tensors]}")
+        raise DTypeError(f"{op}: needs bool or integer tensors, got dtypes {[str(t.dtype) for t in tensors]}")
     return discrete(ufunc, *tensors)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from minitensor import reductions
 from minitensor.autograd import Function
-from minitensor.nn.checks import check_class_targets
+from minitensor.nn.checks import check_class_targets, classes_last
 from minitensor.operands import dtype_mismatch, unbroadcast
 from minitensor.tensor import Tensor
 
@@ -79,6 +79,7 @@ def reduce(op, loss, reduction, count=None):
 def nll_loss(input, target, ignore_index=-100, reduction="mean", *, label_smoothing=0.0):
     """−logp[target] per entry of log-probabilities `input (..., C)`, reduced; entries whose
     target is `ignore_index` count for nothing (nor in the mean's count)."""
+    input = classes_last(input, target)
     targets = check_class_targets("nll_loss", input, target, ignore_index)
     counted = targets != ignore_index
     safe = np.where(counted, targets, 0)

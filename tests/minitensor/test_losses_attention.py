@@ -128,3 +128,24 @@ def test_softmax_takes_dim_and_is_a_method():
     with pytest.raises(IndexError, match="softmax: dim 2"):
         x.softmax(2)
     assert x.add(1).sub(1).mul(2).div(2).neg().neg().data.tolist() == x.data.tolist()
+
+
+@given(extra=st.integers(1, 2), reduction=st.sampled_from(["none", "sum", "mean"]), eps=st.sampled_from([0.0, 0.1]),
+       seed=seeds)
+def test_cross_entropy_and_nll_read_pytorchs_classes_in_dim_1(extra, reduction, eps, seed):
+    """Integer targets (N, d1, ...) for scores (N, C, d1, ...) are PyTorch's layout: the same
+    loss as the classes moved last (and the GPT's (B, T, V) with (B, T) targets keeps its)."""
+    rng = np.random.default_rng(seed)
+    n, c, sides = 2, 4, (3, 2)[:extra]
+    x = leaf(rng, (n, c) + sides)
+    t = rng.integers(0, c, size=(n,) + sides)
+    t.reshape(-1)[0] = -100
+    last = np.moveaxis(x.data, 1, -1)
+    loss = F.cross_entropy(x, mt.tensor(t), reduction=reduction, label_smoothing=eps)
+    np.testing.assert_allclose(loss.data, reference_ce(last, t, -100, reduction, eps), rtol=1e-12, atol=1e-14)
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, mt.tensor(t), reduction=reduction, label_smoothing=eps), x)
+    np.testing.assert_allclose(F.nll_loss(F.log_softmax(x, dim=1), t, reduction=reduction).data,
+                               reference_ce(last, t, -100, reduction, 0.0), rtol=1e-12, atol=1e-14)
+    both = leaf(rng, (2, 3, 3))  # targets (2, 3) fit both readings: the engine's (classes last) wins
+    targets = rng.integers(0, 3, size=(2, 3))
+    np.testing.assert_allclose(F.cross_entropy(both, targets).data, reference_ce(both.data, targets, -100, "mean", 0))
