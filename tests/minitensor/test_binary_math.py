@@ -47,6 +47,8 @@ def test_rounded_division_gradient_is_zero_and_errors_are_pytorchs():
     assert mt.gradcheck(lambda a: mt.div(a, 2.0, rounding_mode="floor") + a, a)  # flat steps: only `+ a` counts
     np.testing.assert_array_equal(mt.div(a, 2, rounding_mode="trunc").data, [-3, 3, 1])
     np.testing.assert_array_equal(mt.div(mt.tensor([-7, 7]), 2, rounding_mode="floor").data, [-4, 3])
+    np.testing.assert_array_equal(mt.div(mt.tensor([-7, 7, -6, 6]), mt.tensor([2, -2, 4, 3]), rounding_mode="trunc").data,
+                                  [-3, -3, -1, 2])  # integers toward zero, exactly
     np.testing.assert_array_equal((7 // mt.tensor([2, -2])).data, [3, -4])
     with pytest.raises(ValueError, match="rounding_mode must be None, 'trunc' or 'floor', got 'round'"):
         mt.div(a, 2, rounding_mode="round")
