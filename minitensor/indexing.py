@@ -31,6 +31,13 @@ def leading(array, shape):
     return array[tuple(slice(n) for n in shape)]
 
 
+def padded(part, shape):
+    """`part` as the leading part of zeros of `shape`: the gradient of a src read only there."""
+    full = np.zeros(shape, part.dtype)
+    leading(full, part.shape)[...] = part
+    return full
+
+
 class IndexPut(Function):
     """y = x with y[index] = v (v broadcast to the indexed part).
     dx = dy with dy[index] = 0 (those entries were overwritten); dv = dy[index], summed
@@ -70,7 +77,7 @@ class Scatter(Function):
     dy[along(index)[p]] on the leading index-shaped part of src, 0 elsewhere."""
 
     def forward(self, x, src, index, dim):
-        self.src_shape, self.index_shape, self.where = src.shape, index.shape, along(index, dim)
+        self.src_shape, self.where = src.shape, along(index, dim)
         y = x.copy()
         y[self.where] = leading(src, index.shape)
         return y
@@ -81,9 +88,7 @@ class Scatter(Function):
         return dx, self.src_gradient(grad)
 
     def src_gradient(self, grad):
-        dsrc = np.zeros(self.src_shape, grad.dtype)
-        leading(dsrc, self.index_shape)[...] = grad[self.where]
-        return dsrc
+        return padded(grad[self.where], self.src_shape)
 
 
 class ScatterAdd(Scatter):
@@ -91,7 +96,7 @@ class ScatterAdd(Scatter):
     dy[along(index)[p]]."""
 
     def forward(self, x, src, index, dim):
-        self.src_shape, self.index_shape, self.where = src.shape, index.shape, along(index, dim)
+        self.src_shape, self.where = src.shape, along(index, dim)
         y = x.copy()
         np.add.at(y, self.where, leading(src, index.shape))
         return y

@@ -14,7 +14,7 @@ import numpy as np
 
 from minitensor.autograd import Function
 from minitensor.errors import ShapeError
-from minitensor.indexing import along, check_fits, index_tensor, leading
+from minitensor.indexing import along, check_fits, index_tensor, leading, padded
 from minitensor.operands import dtype_mismatch
 from minitensor.tensor import Tensor
 
@@ -35,7 +35,7 @@ class ScatterReduce(Function):
     contributor its share of dy[q] by the rule of its reduction."""
 
     def forward(self, x, src, index, dim, reduce, include_self):
-        where = along(index, dim)
+        where, self.src_shape, src = along(index, dim), src.shape, leading(src, index.shape)
         hits = np.zeros(x.shape, np.int64)
         np.add.at(hits, where, 1)
         self_counts = include_self | (hits == 0)  # does x[q] contribute?
@@ -52,15 +52,17 @@ class ScatterReduce(Function):
         x, src, y, n, self_counts = self.saved
         if self.reduce in ("sum", "mean"):
             share = grad / n if self.reduce == "mean" else grad
-            return share * self_counts, share[self.where]
-        if self.reduce == "prod":
-            return self._product_of_others(grad, x, src, y, self_counts)
-        ties = self_counts & (x == y)
-        src_ties = src == y[self.where]
-        count = ties.astype(grad.dtype)
-        np.add.at(count, self.where, src_ties)
-        share = grad / np.maximum(count, 1)
-        return share * ties, share[self.where] * src_ties
+            dx, dsrc = share * self_counts, share[self.where]
+        elif self.reduce == "prod":
+            dx, dsrc = self._product_of_others(grad, x, src, y, self_counts)
+        else:
+            ties = self_counts & (x == y)
+            src_ties = src == y[self.where]
+            count = ties.astype(grad.dtype)
+            np.add.at(count, self.where, src_ties)
+            share = grad / np.maximum(count, 1)
+            dx, dsrc = share * ties, share[self.where] * src_ties
+        return dx, padded(dsrc, self.src_shape)  # src beyond the index's shape is not read
 
     def _product_of_others(self, grad, x, src, y, self_counts):
         """Π of the other contributors: y / v for a factor v ≠ 0; for v = 0, the product of
@@ -76,20 +78,6 @@ class ScatterReduce(Function):
         return dx, dsrc
 
 
-class _PaddedSrc(Function):
-    """src's leading index-shaped part (what scatter_reduce reads) with its gradient put back
-    in src's shape, 0 on the unread rest."""
-
-    def forward(self, src, shape):
-        self.src_shape, self.shape = src.shape, shape
-        return leading(src, shape)
-
-    def backward(self, grad):
-        dsrc = np.zeros(self.src_shape, grad.dtype)
-        leading(dsrc, self.shape)[...] = grad
-        return dsrc
-
-
 def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
     """A copy of `a` where each src entry is reduced into `out[index[i][j]][j]` (dim 0) by
     `reduce`: "sum", "prod", "mean", "amax" or "amin", as `torch.scatter_reduce`."""
@@ -103,5 +91,4 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
         raise ShapeError(f"scatter_reduce: src {src.shape} and input {a.shape} need the same number of dims")
     check_fits("scatter_reduce", index, [a.shape], dim)
     check_fits("scatter_reduce", index, [src.shape], -1)
-    src = _PaddedSrc.apply(src, shape=index.shape) if src.shape != index.shape else src
     return ScatterReduce.apply(a, src, index=index, dim=dim, reduce=reduce, include_self=bool(include_self))
