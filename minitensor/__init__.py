@@ -28,12 +28,14 @@ from minitensor.activations import (
     softplus,
 )
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
-from minitensor.binary_math import copysign, floor_divide
+from minitensor.binary_math import copysign, floor_divide, fmod, remainder
 from minitensor.comparison import (
     allclose,
     bitwise_and,
+    bitwise_left_shift,
     bitwise_not,
     bitwise_or,
+    bitwise_right_shift,
     bitwise_xor,
     eq,
     equal,
@@ -138,7 +140,7 @@ __all__ = [
     "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "isclose", "allclose", "equal",
     "chunk", "clone", "flip", "roll", "tril", "triu", "unflatten", "gather", "scatter", "scatter_add",
     "index_select", "masked_select", "sort", "argsort", "topk", "softmax", "log_softmax",
-    "einsum", "copysign", "floor_divide", "cummax", "cummin", "scatter_reduce", "hardsigmoid",
+    "einsum", "copysign", "floor_divide", "remainder", "fmod", "bitwise_left_shift", "bitwise_right_shift", "cummax", "cummin", "scatter_reduce", "hardsigmoid",
 ]
 
 

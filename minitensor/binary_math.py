@@ -1,6 +1,7 @@
 """Elementwise binary math beyond arithmetic: division rounded to an integer (`div(a, b,
-rounding_mode="trunc" | "floor")`, `floor_divide`) and `copysign`. Operands broadcast and
-promote as in arithmetic (minitensor.operands).
+rounding_mode="trunc" | "floor")`, `floor_divide`), what it leaves over (`remainder`, the
+`%` of Python, and `fmod`, C's), and `copysign`. Operands broadcast and promote as in
+arithmetic (minitensor.operands).
 """
 import numpy as np
 
@@ -50,6 +51,41 @@ def rounded_div(a, b, rounding_mode):
 def floor_divide(a, b):
     """a // b: `div(a, b, rounding_mode='floor')`."""
     return rounded_div(a, b, "floor")
+
+
+class Remainder(Function):
+    """r = a − q·b with q = floor(a / b) ('floor': r has b's sign, Python's %) or trunc(a / b)
+    ('trunc': r has a's sign, C's fmod). q is flat almost everywhere, so
+    dr/da = 1 and dr/db = −q (PyTorch's gradients)."""
+
+    def forward(self, a, b, mode):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.remainder(a, b) if mode == "floor" else np.fmod(a, b)
+            self.quotient = _trunc_divide(a, b) if mode == "trunc" else np.floor_divide(a, b)
+        self.shapes = a.shape, b.shape
+        return np.asarray(r)
+
+    def backward(self, grad):
+        return unbroadcast(grad, self.shapes[0]), unbroadcast(-grad * self.quotient, self.shapes[1])
+
+
+def _remainder(op, a, b, mode):
+    a, b = binary_operands(op, a, b)
+    if a.dtype == np.bool_:
+        a, b = Tensor(a.data.astype(np.int64)), Tensor(b.data.astype(np.int64))
+    if a.dtype.kind in "iu" and (b.data == 0).any():
+        raise DivisionByZero(f"{op}: integer division by zero")
+    return Remainder.apply(a, b, mode=mode)
+
+
+def remainder(a, b):
+    """a − floor(a / b)·b: the sign of b, as Python's `%` (`torch.remainder`, `a % b`)."""
+    return _remainder("remainder", a, b, "floor")
+
+
+def fmod(a, b):
+    """a − trunc(a / b)·b: the sign of a, as C's fmod (`torch.fmod`)."""
+    return _remainder("fmod", a, b, "trunc")
 
 
 class Copysign(Function):

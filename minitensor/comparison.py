@@ -1,4 +1,4 @@
-"""Comparisons and logic: `< <= > >= == !=`, `& | ^ ~`, logical_*, isnan, isclose, ...
+"""Comparisons and logic: `< <= > >= == !=`, `& | ^ ~ << >>`, logical_*, isnan, isclose, ...
 
 Each gives a bool tensor (or, for `allclose` and `equal`, one Python bool) and records
 no graph: a comparison is a step function, its derivative zero almost everywhere, so
@@ -73,6 +73,16 @@ def bitwise_or(a, b):
 
 def bitwise_xor(a, b):
     return _bitwise("bitwise_xor", np.bitwise_xor, a, b)
+
+
+def bitwise_left_shift(a, b):
+    """a << b: a·2^b in the integer dtype (bits past the top are lost)."""
+    return _bitwise("bitwise_left_shift", np.left_shift, a, b)
+
+
+def bitwise_right_shift(a, b):
+    """a >> b: floor(a / 2^b), arithmetic (a negative a stays negative)."""
+    return _bitwise("bitwise_right_shift", np.right_shift, a, b)
 
 
 def bitwise_not(a):

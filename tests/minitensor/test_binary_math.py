@@ -1,7 +1,8 @@
-"""Division rounded to an integer and copysign (minitensor.binary_math): values against numpy's
-floor division / trunc / copysign over broadcast shapes and dtype mixes, PyTorch's dtypes
-(integers stay integers when rounded, copysign computes in float), PyTorch's gradients
-(0 for a rounded quotient; ±1 through copysign, 0 at a = 0) by central differences."""
+"""Division rounded to an integer, remainders and copysign (minitensor.binary_math): values
+against numpy's floor division / trunc / remainder / fmod / copysign over broadcast shapes
+and dtype mixes, PyTorch's dtypes (integers stay integers when rounded, copysign computes in
+float), PyTorch's gradients (0 for a rounded quotient; 1 and −q through a remainder; ±1
+through copysign, 0 at a = 0) by central differences."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -40,6 +41,9 @@ def test_rounded_division_against_numpy(shapes, left, right, seed):
     np.testing.assert_array_equal(floor.data, np.floor_divide(x, y))
     np.testing.assert_array_equal((a // b).data, np.floor_divide(x, y))
     np.testing.assert_array_equal(trunc.data, trunc_reference(x, y))
+    for ours, numpys in ((a % b, np.remainder), (mt.remainder(a, b), np.remainder), (mt.fmod(a, b), np.fmod)):
+        assert ours.dtype == floor.dtype
+        np.testing.assert_array_equal(ours.data, numpys(x, y))
 
 
 def test_rounded_division_gradient_is_zero_and_errors_are_pytorchs():
@@ -78,3 +82,14 @@ def test_copysign_takes_the_sign_bit_and_its_gradient_is_zero_at_zero():
     assert np.signbit(out.data[0])
     out.sum().backward()
     np.testing.assert_array_equal(a.grad, [0.0, -1.0, -1.0])
+
+
+@given(shapes=broadcastable_pairs_with_empty, seed=seeds)
+def test_remainder_and_fmod_gradients(shapes, seed):
+    rng = np.random.default_rng(seed)
+    a = mt.tensor(rng.uniform(-9, 9, shapes.input_shapes[0]), requires_grad=True)
+    b = mt.tensor(rng.uniform(0.5, 3, shapes.input_shapes[1]) * rng.choice([-1, 1], shapes.input_shapes[1]),
+                  requires_grad=True)  # quotients off the integers with probability 1: off the jumps
+    for op in (mt.remainder, mt.fmod, lambda a, b: a % b):
+        assert mt.gradcheck(op, a, b)
+    assert (7 % mt.tensor([3, -3])).data.tolist() == [1, -2] and mt.fmod(mt.tensor([-7]), 3).item() == -1

@@ -109,6 +109,11 @@ def test_bitwise_ops_across_integer_dtypes_follow_pytorch_promotion(left, right,
         out = op(mt.tensor(x), mt.tensor(y))
         assert out.dtype == dtype
         np.testing.assert_array_equal(out.data, ufunc(x.astype(dtype), np.asarray(y).astype(dtype)))
+    if np.dtype(dtype) != np.bool_:  # shifts by 0..3 bits, in the promoted dtype too
+        steps = np.abs(np.asarray(y).astype(dtype)) % 4
+        for shifted, ufunc in ((mt.tensor(x) << mt.tensor(steps), np.left_shift),
+                               (mt.tensor(x) >> mt.tensor(steps), np.right_shift)):
+            np.testing.assert_array_equal(shifted.data, ufunc(x.astype(dtype), steps))
 
 
 def test_bitwise_ops_with_python_numbers_wrap_as_pytorch():
