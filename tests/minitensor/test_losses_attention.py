@@ -149,3 +149,34 @@ def test_cross_entropy_and_nll_read_pytorchs_classes_in_dim_1(extra, reduction, 
     both = leaf(rng, (2, 3, 3))  # targets (2, 3) fit both readings: the engine's (classes last) wins
     targets = rng.integers(0, 3, size=(2, 3))
     np.testing.assert_allclose(F.cross_entropy(both, targets).data, reference_ce(both.data, targets, -100, "mean", 0))
+
+
+@given(rows=st.integers(1, 4), reduction=st.sampled_from(["none", "sum", "mean"]), eps=st.sampled_from([0.0, 0.1]),
+       seed=seeds)
+def test_class_weights_as_pytorchs(rows, reduction, eps, seed):
+    """PyTorch's weighted formula (aten LossNLL): lᵢ = −(1−ε)·w[tᵢ]·logpᵢ[tᵢ] − (ε/C)·Σ_c w_c·logpᵢ[c];
+    the mean divides by Σ w[tᵢ] over counted rows. Probability targets: −Σ_c w_c·q_c·logp_c,
+    the mean over rows."""
+    rng = np.random.default_rng(seed)
+    x, w = leaf(rng, (rows, 3)), rng.uniform(0.2, 2.0, 3)
+    t = rng.integers(0, 3, size=rows)
+    t[0] = -100
+    logp = np_log_softmax(x.data)
+    counted = t != -100
+    safe = np.where(counted, t, 0)
+    per_row = np.where(counted, -(1 - eps) * w[safe] * logp[np.arange(rows), safe] - eps / 3 * (logp @ w), 0)
+    expected = {"none": per_row, "sum": per_row.sum(), "mean": per_row.sum() / (w[safe][counted].sum() or 1)}
+
+    def weighted(x):
+        return F.cross_entropy(x, t, reduction=reduction, label_smoothing=eps, weight=mt.tensor(w))
+
+    np.testing.assert_allclose(weighted(x).data, expected[reduction], rtol=1e-12, atol=1e-14)
+    assert mt.gradcheck(weighted, x)
+    np.testing.assert_allclose(F.nll_loss(F.log_softmax(x, dim=-1), t, reduction=reduction, weight=w).data,
+                               F.cross_entropy(x, t, reduction=reduction, weight=w).data, rtol=1e-12)
+    q = F.softmax(leaf(rng, (rows, 3)), dim=-1).data
+    soft = -(w * ((1 - eps) * q + eps / 3) * logp).sum(-1)
+    np.testing.assert_allclose(F.cross_entropy(x, q, reduction=reduction, label_smoothing=eps, weight=w).data,
+                               {"none": soft, "sum": soft.sum(), "mean": soft.mean()}[reduction], rtol=1e-12)
+    with pytest.raises(ValueError, match="weight \\(2,\\) needs one entry per class"):
+        F.cross_entropy(x, t, weight=np.ones(2))
