@@ -231,9 +231,8 @@ def cross_entropy(logits, targets, ignore_index=-100, *, reduction="mean", label
     in dim 1; nn.checks.classes_last). `weight` (one per class, a constant) scales each
     class's terms; the mean then divides by the counted targets' total weight, as PyTorch's.
 
-    The default (mean, no smoothing, no weight, class indices) is the fused kernel; the
-    others compose log_softmax with minitensor.nn.losses. Targets equal to `ignore_index`
-    count for nothing; if all are, the loss is 0, deliberately (PyTorch gives NaN)."""
+    The default (mean, no smoothing or weight, class indices) is the fused kernel, the rest
+    log_softmax and nn.losses. Targets equal to `ignore_index` count for nothing (all: 0)."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if isinstance(targets, np.ndarray) and dtypes.is_floating(targets.dtype):
