@@ -52,18 +52,27 @@ class BinaryCrossEntropy(Function):
         return unbroadcast(dp, p.shape), unbroadcast(grad * (log_q - log_p), t.shape)
 
 
-class BinaryCrossEntropyWithLogits(Function):
-    """l = −(t·log σ(x) + (1−t)·log(1−σ(x))) = max(x, 0) − x·t + log(1 + e^−|x|), stable
-    for any x.  dx = σ(x) − t;  dt = −x."""
+def _softplus(z):
+    """log(1 + eᶻ) = max(z, 0) + log(1 + e^−|z|), stable for any z."""
+    return np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))
 
-    def forward(self, x, t):
+
+class BinaryCrossEntropyWithLogits(Function):
+    """l = −(a·t·log σ(x) + (1−t)·log(1−σ(x))) with a the positives' weight (pos_weight, 1
+    by default); since −log σ(x) = softplus(−x) and −log(1−σ(x)) = softplus(x), stable:
+        l = a·t·softplus(−x) + (1−t)·softplus(x);
+        dx = σ(x)·(a·t + 1 − t) − a·t;   dt = a·softplus(−x) − softplus(x)  (−x when a = 1)."""
+
+    def forward(self, x, t, pos_weight):
         self.save_for_backward(x, t)
-        return np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+        self.pos_weight = pos_weight
+        return pos_weight * t * _softplus(-x) + (1 - t) * _softplus(x)
 
     def backward(self, grad):
         x, t = self.saved
-        sigmoid = np.exp(-np.logaddexp(0, -x))
-        return unbroadcast(grad * (sigmoid - t), x.shape), unbroadcast(-grad * x, t.shape)
+        a, sigmoid = self.pos_weight, np.exp(-np.logaddexp(0, -x))
+        return (unbroadcast(grad * (sigmoid * (a * t + 1 - t) - a * t), x.shape),
+                unbroadcast(grad * (a * _softplus(-x) - _softplus(x)), t.shape))
 
 
 def reduce(op, loss, reduction, count=None):
@@ -130,15 +139,36 @@ def _binary_operands(op, input, target):
     return input, target
 
 
-def binary_cross_entropy(input, target, reduction="mean"):
-    """−(t·log p + (1−t)·log(1−p)) for probabilities `input` in [0, 1], reduced."""
+def _elementwise_weight(op, name, weight, input):
+    """A constant `weight` (array, tensor or number) that broadcasts to the input's shape,
+    in its dtype; None stays None."""
+    if weight is None:
+        return None
+    weight = np.asarray(weight.data if isinstance(weight, Tensor) else weight, dtype=input.dtype)
+    fits = weight.ndim <= input.ndim and all(w in (1, n) for w, n in zip(weight.shape[::-1], input.shape[::-1]))
+    if not fits:
+        raise ValueError(f"{op}: {name} {weight.shape} does not broadcast to the input's shape {input.shape}")
+    return weight
+
+
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+    """−w·(t·log p + (1−t)·log(1−p)) for probabilities `input` in [0, 1], reduced; `weight`
+    (broadcast to the input) rescales each element's loss, as in PyTorch."""
     input, target = _binary_operands("binary_cross_entropy", input, target)
     if input.size and not ((input.data >= 0).all() and (input.data <= 1).all()):
         raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1")
-    return reduce("binary_cross_entropy", BinaryCrossEntropy.apply(input, target), reduction)
+    weight = _elementwise_weight("binary_cross_entropy", "weight", weight, input)
+    loss = BinaryCrossEntropy.apply(input, target)
+    return reduce("binary_cross_entropy", loss if weight is None else loss * Tensor(weight), reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, reduction="mean"):
-    """binary_cross_entropy(sigmoid(input), target), computed stably from the logits."""
-    input, target = _binary_operands("binary_cross_entropy_with_logits", input, target)
-    return reduce("binary_cross_entropy_with_logits", BinaryCrossEntropyWithLogits.apply(input, target), reduction)
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", *, pos_weight=None):
+    """binary_cross_entropy(sigmoid(input), target, weight), computed stably from the
+    logits; `pos_weight` (broadcast over the last dim: one per class) weighs the positive
+    term, as in PyTorch."""
+    op = "binary_cross_entropy_with_logits"
+    input, target = _binary_operands(op, input, target)
+    weight = _elementwise_weight(op, "weight", weight, input)
+    pos_weight = _elementwise_weight(op, "pos_weight", pos_weight, input)
+    loss = BinaryCrossEntropyWithLogits.apply(input, target, pos_weight=1.0 if pos_weight is None else pos_weight)
+    return reduce(op, loss if weight is None else loss * Tensor(weight), reduction)

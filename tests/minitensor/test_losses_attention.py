@@ -68,20 +68,32 @@ def test_cross_entropy_default_is_the_fused_kernel():
         F.nll_loss(x, mt.tensor([0, 3]))
 
 
+def reduced(per, reduction):
+    return {"none": per, "sum": per.sum(), "mean": per.sum() / max(per.size, 1)}[reduction]
+
+
 @given(shape=st.sampled_from([(), (0,), (3,), (2, 3)]), reduction=st.sampled_from(["none", "sum", "mean"]),
-       seed=seeds)
-def test_binary_cross_entropy_and_with_logits(shape, reduction, seed):
+       seed=seeds, weighted=st.booleans())
+def test_binary_cross_entropy_and_with_logits(shape, reduction, seed, weighted):
+    """PyTorch's formulas: l = −w·(a·t·log p + (1−t)·log(1−p)), w the element weight, a the
+    positives' weight (with logits only), both 1 unless given; the mean over elements."""
     rng = np.random.default_rng(seed)
     x, t = leaf(rng, shape), mt.tensor(rng.random(shape), requires_grad=True)
     p = mt.tensor(1 / (1 + np.exp(-x.data)), requires_grad=True)
-    per = -(t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
-    expected = {"none": per, "sum": per.sum(), "mean": per.sum() / max(per.size, 1)}[reduction]
-    np.testing.assert_allclose(F.binary_cross_entropy(p, t, reduction).data, expected, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(F.binary_cross_entropy_with_logits(x, t, reduction).data, expected, rtol=1e-10,
-                               atol=1e-12)
+    w, a = (rng.uniform(0.5, 2.0, shape[-1:]), rng.uniform(0.5, 3.0, shape[-1:])) if weighted else (None, None)
+    w_, a_ = (1.0, 1.0) if w is None else (w, a)
+    per = -w_ * (t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
+    np.testing.assert_allclose(F.binary_cross_entropy(p, t, w, reduction=reduction).data, reduced(per, reduction),
+                               rtol=1e-10, atol=1e-12)
+    per = -w_ * (a_ * t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
+
+    def with_logits(x, t):
+        return F.binary_cross_entropy_with_logits(x, t, w, reduction=reduction, pos_weight=a)
+
+    np.testing.assert_allclose(with_logits(x, t).data, reduced(per, reduction), rtol=1e-10, atol=1e-12)
     if per.size:
-        assert mt.gradcheck(lambda p, t: F.binary_cross_entropy(p, t, reduction), p, t)
-        assert mt.gradcheck(lambda x, t: F.binary_cross_entropy_with_logits(x, t, reduction), x, t)
+        assert mt.gradcheck(lambda p, t: F.binary_cross_entropy(p, t, w, reduction), p, t)
+        assert mt.gradcheck(with_logits, x, t)
 
 
 def test_binary_cross_entropy_errors_and_extremes():
@@ -91,6 +103,9 @@ def test_binary_cross_entropy_errors_and_extremes():
         F.binary_cross_entropy_with_logits(mt.tensor([1.0, 2.0]), mt.tensor([1.0]))
     assert F.binary_cross_entropy(mt.tensor([0.0]), mt.tensor([1.0])).item() == 100.0  # log clamped at -100
     assert np.isfinite(F.binary_cross_entropy_with_logits(mt.tensor([-800.0]), mt.tensor([1.0])).item())
+    assert np.isfinite(F.binary_cross_entropy_with_logits(mt.tensor([800.0]), mt.tensor([0.0]), pos_weight=3.0).item())
+    with pytest.raises(ValueError, match="pos_weight \\(3,\\) does not broadcast to the input's shape \\(2,\\)"):
+        F.binary_cross_entropy_with_logits(mt.tensor([1.0, 2.0]), mt.tensor([1.0, 0.0]), pos_weight=np.ones(3))
 
 
 def np_attention(q, k, v, hidden, scale):
