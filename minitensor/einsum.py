@@ -118,6 +118,8 @@ def einsum(equation, *operands):
     `"bi,bi->b"` a batched dot), as `torch.einsum`; operands may also come as one list."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
+    if not operands:
+        raise ValueError(f"einsum: {equation!r} needs at least one operand")
     tensors = promoted("einsum", *operands)
     inputs, output = explicit(equation, [t.ndim for t in tensors])
     for term, t in zip(inputs, tensors):

@@ -38,6 +38,8 @@ def test_einsum_errors_name_the_equation():
         mt.einsum("ij,jk", a, a)
     with pytest.raises(RuntimeError, match="the letter 'j' has sizes 3 and 2"):  # PyTorch's class too
         mt.einsum("ij,jk", a, a)
+    with pytest.raises(ValueError, match="needs at least one operand"):
+        mt.einsum("->")
     with pytest.raises(ValueError, match="names 2 operands, got 1"):
         mt.einsum("ij,jk", a)
     with pytest.raises(ValueError, match="does not fit an operand of 2 dims"):
