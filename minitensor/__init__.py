@@ -16,6 +16,7 @@ from minitensor.activations import (
     clamp,
     clip,
     elu,
+    hardsigmoid,
     hardtanh,
     leaky_relu,
     logsigmoid,
@@ -27,11 +28,14 @@ from minitensor.activations import (
     softplus,
 )
 from minitensor.autograd import Function, enable_grad, is_grad_enabled, no_grad
+from minitensor.binary_math import copysign, floor_divide, fmod, remainder
 from minitensor.comparison import (
     allclose,
     bitwise_and,
+    bitwise_left_shift,
     bitwise_not,
     bitwise_or,
+    bitwise_right_shift,
     bitwise_xor,
     eq,
     equal,
@@ -67,6 +71,7 @@ from minitensor.creation import (
     zeros,
     zeros_like,
 )
+from minitensor.einsum import einsum
 from minitensor.gradcheck import gradcheck
 from minitensor.indexing import gather, index_select, masked_select, scatter, scatter_add
 from minitensor.math_ops import (
@@ -101,7 +106,8 @@ from minitensor.random import default_generator, get_rng_state, manual_seed, set
 from minitensor.rearrange import chunk, clone, flip, roll, tril, triu, unflatten
 from minitensor.recompute import recompute
 from minitensor.reductions import all, amax, amin, any, argmax, argmin, dot, max, mean, min, prod, sum
-from minitensor.scans import cumprod, cumsum
+from minitensor.scans import cummax, cummin, cumprod, cumsum
+from minitensor.scatter_reduction import scatter_reduce
 from minitensor.shape_ops import cat, concat, split, stack
 from minitensor.sorting import argsort, sort, topk
 from minitensor.statistics import logsumexp, std, var
@@ -134,6 +140,7 @@ __all__ = [
     "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "isclose", "allclose", "equal",
     "chunk", "clone", "flip", "roll", "tril", "triu", "unflatten", "gather", "scatter", "scatter_add",
     "index_select", "masked_select", "sort", "argsort", "topk", "softmax", "log_softmax",
+    "einsum", "copysign", "floor_divide", "remainder", "fmod", "bitwise_left_shift", "bitwise_right_shift", "cummax", "cummin", "scatter_reduce", "hardsigmoid",
 ]
 
 

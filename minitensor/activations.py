@@ -1,5 +1,5 @@
 """Activations with PyTorch's names and arguments: sigmoid, logsigmoid, silu, leaky_relu,
-elu, softplus, relu6, hardtanh, and the clamps: clamp/clip, maximum, minimum.
+elu, softplus, relu6, hardtanh, hardsigmoid, and the clamps: clamp/clip, maximum, minimum.
 
 Each is a Function as in unary_ops, its derivative in the docstring; at a kink the
 derivative is the one PyTorch returns (stated per op). relu, tanh and gelu (exact or
@@ -183,6 +183,12 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 
 def relu6(x):
     return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x):
+    """relu6(x + 3) / 6: 0 below −3, 1 above 3, linear between; dy/dx = 1/6 strictly inside
+    (−3, 3), 0 elsewhere (PyTorch's choice at the kinks)."""
+    return relu6(as_floating(x) + 3.0) / 6.0
 
 
 def maximum(a, b):

@@ -1,4 +1,4 @@
-"""Comparisons and logic: `< <= > >= == !=`, `& | ^ ~`, logical_*, isnan, isclose, ...
+"""Comparisons and logic: `< <= > >= == !=`, `& | ^ ~ << >>`, logical_*, isnan, isclose, ...
 
 Each gives a bool tensor (or, for `allclose` and `equal`, one Python bool) and records
 no graph: a comparison is a step function, its derivative zero almost everywhere, so
@@ -9,6 +9,7 @@ import numpy as np
 
 from minitensor import dtypes
 from minitensor.autograd import Function
+from minitensor.errors import DTypeError
 from minitensor.operands import binary_operands
 from minitensor.tensor import Tensor
 
@@ -58,7 +59,7 @@ def _bitwise(op, ufunc, *operands):
     """Bitwise ops are defined on bool and integer tensors only, as in PyTorch."""
     tensors = binary_operands(op, *operands) if len(operands) == 2 else operands
     if any(dtypes.is_floating(t.dtype) for t in tensors):
-        raise TypeError(f"{op}: needs bool or integer tensors, got dtypes {[str(t.dtype) for t in tensors]}")
+        raise DTypeError(f"{op}: needs bool or integer tensors, got dtypes {[str(t.dtype) for t in tensors]}")
     return discrete(ufunc, *tensors)
 
 
@@ -72,6 +73,16 @@ def bitwise_or(a, b):
 
 def bitwise_xor(a, b):
     return _bitwise("bitwise_xor", np.bitwise_xor, a, b)
+
+
+def bitwise_left_shift(a, b):
+    """a << b: a·2^b in the integer dtype (bits past the top are lost)."""
+    return _bitwise("bitwise_left_shift", np.left_shift, a, b)
+
+
+def bitwise_right_shift(a, b):
+    """a >> b: floor(a / 2^b), arithmetic (a negative a stays negative)."""
+    return _bitwise("bitwise_right_shift", np.right_shift, a, b)
 
 
 def bitwise_not(a):

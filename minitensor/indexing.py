@@ -12,6 +12,7 @@ import numpy as np
 
 from minitensor import comparison, ops
 from minitensor.autograd import Function, is_grad_enabled
+from minitensor.errors import DTypeError, IndexRangeError, ShapeError
 from minitensor.operands import dtype_mismatch, unbroadcast
 from minitensor.rearrange import expand
 from minitensor.shape_ops import check_dim, indexed
@@ -25,9 +26,16 @@ def along(index, dim):
     return tuple(index if d == dim else grid for d, grid in enumerate(grids))
 
 
-def _leading(array, shape):
+def leading(array, shape):
     """The leading `shape` part of `array` (gather and scatter read only that much of src)."""
     return array[tuple(slice(n) for n in shape)]
+
+
+def padded(part, shape):
+    """`part` as the leading part of zeros of `shape`: the gradient of a src read only there."""
+    full = np.zeros(shape, part.dtype)
+    leading(full, part.shape)[...] = part
+    return full
 
 
 class IndexPut(Function):
@@ -69,9 +77,9 @@ class Scatter(Function):
     dy[along(index)[p]] on the leading index-shaped part of src, 0 elsewhere."""
 
     def forward(self, x, src, index, dim):
-        self.src_shape, self.index_shape, self.where = src.shape, index.shape, along(index, dim)
+        self.src_shape, self.where = src.shape, along(index, dim)
         y = x.copy()
-        y[self.where] = _leading(src, index.shape)
+        y[self.where] = leading(src, index.shape)
         return y
 
     def backward(self, grad):
@@ -80,9 +88,7 @@ class Scatter(Function):
         return dx, self.src_gradient(grad)
 
     def src_gradient(self, grad):
-        dsrc = np.zeros(self.src_shape, grad.dtype)
-        _leading(dsrc, self.index_shape)[...] = grad[self.where]
-        return dsrc
+        return padded(grad[self.where], self.src_shape)
 
 
 class ScatterAdd(Scatter):
@@ -90,9 +96,9 @@ class ScatterAdd(Scatter):
     dy[along(index)[p]]."""
 
     def forward(self, x, src, index, dim):
-        self.src_shape, self.index_shape, self.where = src.shape, index.shape, along(index, dim)
+        self.src_shape, self.where = src.shape, along(index, dim)
         y = x.copy()
-        np.add.at(y, self.where, _leading(src, index.shape))
+        np.add.at(y, self.where, leading(src, index.shape))
         return y
 
     def backward(self, grad):
@@ -119,43 +125,45 @@ def setitem(a, index, value):
     a.data, a._place, a.requires_grad = new.data, new._place, new.requires_grad
 
 
-def _index_tensor(op, a, dim, index):
-    """`index` as an int64 array with a's number of dims, `dim` checked, entries in range."""
+def index_tensor(op, a, dim, index):
+    """`index` (any integer dtype: int32 too, as PyTorch 2 accepts) as an int64 array with
+    a's number of dims, `dim` checked, entries in range."""
     index = np.asarray(_raw_index(index))
-    if index.dtype != np.int64:
-        raise TypeError(f"{op}: index must be int64 (mt.int64), got {index.dtype}")
+    if index.dtype.kind not in "iu":
+        raise DTypeError(f"{op}: index must be an integer tensor (mt.int64 or mt.int32), got {index.dtype}")
+    index = index.astype(np.int64, copy=False)
     dim = check_dim(op, dim, a.ndim or 1, a.shape)
     if index.ndim != a.ndim:
-        raise ValueError(f"{op}: index {index.shape} and input {a.shape} need the same number of dims")
+        raise ShapeError(f"{op}: index {index.shape} and input {a.shape} need the same number of dims")
     if index.size and not (0 <= index.min() and index.max() < a.shape[dim]):
-        raise IndexError(f"{op}: index [{index.min()}, {index.max()}] is out of range [0, {a.shape[dim]}) "
+        raise IndexRangeError(f"{op}: index [{index.min()}, {index.max()}] is out of range [0, {a.shape[dim]}) "
                          f"for dim {dim} of {a.shape}")
     return index, dim
 
 
-def _fits(op, index, shapes, dim):
+def check_fits(op, index, shapes, dim):
     """gather/scatter's rule: index no larger than each shape in every dim but `dim`."""
     for shape in shapes:
         if any(i > n for d, (i, n) in enumerate(zip(index.shape, shape)) if d != dim):
-            raise ValueError(f"{op}: index {index.shape} is larger than {shape} outside dim {dim}")
+            raise ShapeError(f"{op}: index {index.shape} is larger than {shape} outside dim {dim}")
 
 
 def gather(a, dim, index):
     """`out[i][j] = a[index[i][j]][j]` for dim 0 (and alike for any dim), as `torch.gather`."""
-    index, dim = _index_tensor("gather", a, dim, index)
-    _fits("gather", index, [a.shape], dim)
+    index, dim = index_tensor("gather", a, dim, index)
+    check_fits("gather", index, [a.shape], dim)
     return Gather.apply(a, index=index, dim=dim)
 
 
 def _scatter(op, cls, a, dim, index, src):
-    index, dim = _index_tensor(op, a, dim, index)
+    index, dim = index_tensor(op, a, dim, index)
     src = src if isinstance(src, Tensor) else Tensor(np.full(index.shape, src, a.dtype))
     if src.dtype != a.dtype:
         raise dtype_mismatch(op, a, src)
     if src.ndim != a.ndim:
-        raise ValueError(f"{op}: src {src.shape} and input {a.shape} need the same number of dims")
-    _fits(op, index, [a.shape], dim)
-    _fits(op, index, [src.shape], -1)  # src must hold index's shape in every dim
+        raise ShapeError(f"{op}: src {src.shape} and input {a.shape} need the same number of dims")
+    check_fits(op, index, [a.shape], dim)
+    check_fits(op, index, [src.shape], -1)  # src must hold index's shape in every dim
     return cls.apply(a, src, index=index, dim=dim)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from minitensor import (
     activations,
+    binary_math,
     comparison,
     indexing,
     math_ops,
@@ -16,6 +17,7 @@ from minitensor import (
     rearrange,
     reductions,
     scans,
+    scatter_reduction,
     shape_ops,
     sorting,
     statistics,
@@ -28,18 +30,21 @@ METHODS = {
     ops: ["add", "sub", "mul", "div", "pow", "neg", "matmul", "masked_fill"],
     reductions: ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all", "dot"],
     statistics: ["var", "std", "logsumexp"],
-    scans: ["cumsum", "cumprod"],
+    scans: ["cumsum", "cumprod", "cummax", "cummin"],
+    binary_math: ["copysign", "floor_divide", "remainder", "fmod"],
     unary_ops: ["exp", "log", "sqrt", "tanh", "relu", "gelu"],
     math_ops: ["abs", "sign", "floor", "ceil", "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan",
                "sinh", "cosh", "exp2", "log2", "log10", "log1p", "expm1", "rsqrt", "reciprocal", "square", "erf"],
     activations: ["sigmoid", "clamp", "clip", "maximum", "minimum"],
     comparison: ["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_xor", "logical_not",
-                 "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
+                 "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+                 "bitwise_right_shift", "isnan", "isinf", "isfinite",
                  "isclose", "allclose", "equal"],
     shape_ops: ["reshape", "flatten", "unsqueeze", "squeeze", "transpose", "t", "permute", "swapaxes", "split"],
     rearrange: ["expand", "expand_as", "repeat", "tril", "triu", "flip", "roll", "clone", "contiguous", "chunk",
                 "unflatten"],
     indexing: ["gather", "scatter", "scatter_add", "index_select", "masked_select"],
+    scatter_reduction: ["scatter_reduce"],
     sorting: ["sort", "argsort", "topk"],
     functional: ["softmax", "log_softmax"],
 }
@@ -47,7 +52,13 @@ ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "s
            "absolute": math_ops.abs, "arcsin": math_ops.asin, "arccos": math_ops.acos, "arctan": math_ops.atan,
            "greater": comparison.gt, "less": comparison.lt,
            "astype": ops.cast, "__getitem__": shape_ops.getitem,  # y[idx]: a GetItem (minitensor.shape_ops)
-           "__setitem__": indexing.setitem}  # y[idx] = v: an IndexPut (minitensor.indexing)
+           "__setitem__": indexing.setitem,  # y[idx] = v: an IndexPut (minitensor.indexing)
+           "__floordiv__": binary_math.floor_divide,
+           "__rfloordiv__": lambda self, other: binary_math.floor_divide(other, self),
+           "__mod__": binary_math.remainder, "__rmod__": lambda self, other: binary_math.remainder(other, self),
+           "__lshift__": comparison.bitwise_left_shift, "__rshift__": comparison.bitwise_right_shift,
+           "__rlshift__": lambda self, other: comparison.bitwise_left_shift(other, self),
+           "__rrshift__": lambda self, other: comparison.bitwise_right_shift(other, self)}
 
 
 def _cast_to(dtype):

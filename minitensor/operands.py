@@ -9,6 +9,7 @@ these helpers here, and this module imports no op module.
 import numpy as np
 
 from minitensor import dtypes, promotion
+from minitensor.errors import DTypeError, ShapeError
 from minitensor.tensor import Tensor
 
 
@@ -39,6 +40,8 @@ def _in_dtype(value, raw, dtype):
     """`value` as a tensor of `dtype`; a tensor that requires grad is cast differentiably."""
     if isinstance(value, Tensor):
         return value.to(dtype)
+    if isinstance(raw, int) and np.dtype(dtype).kind in "iu":  # wraps, as PyTorch: uint8 tensor & -1 is & 255
+        return Tensor(np.asarray(raw).astype(dtype))
     return Tensor(np.asarray(raw, dtype=dtype))
 
 
@@ -52,7 +55,7 @@ def promoted(op, *operands):
 def dtype_mismatch(op, *tensors):
     """The error for tensors of different dtypes: ops never convert between float dtypes on
     their own (a float32 model must stay float32), so the message says how to convert."""
-    return TypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ; convert one explicitly: "
+    return DTypeError(f"{op}: dtypes {[str(t.dtype) for t in tensors]} differ; convert one explicitly: "
                      f"t.to(mt.float32) (or .float(), .double()) for a tensor, "
                      f"mt.tensor(array, dtype=mt.float32) for a numpy array")
 
@@ -65,7 +68,7 @@ def binary_operands(op, a, b):
     try:
         np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
-        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        raise ShapeError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
     return a, b
 
 

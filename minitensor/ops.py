@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
-from minitensor import comparison, dtypes, promotion
+from minitensor import binary_math, comparison, dtypes, promotion
 from minitensor.autograd import Function
+from minitensor.errors import ShapeError
 from minitensor.kernel_threads import stacked_matmul
 from minitensor.operands import as_tensor, binary_operands, dtype_mismatch, floating, unbroadcast
 from minitensor.tensor import Tensor
@@ -170,8 +171,11 @@ def mul(a, b):
     return Mul.apply(*binary_operands("mul", a, b))
 
 
-def div(a, b):
-    """True division: integers divide into the default float dtype, as in PyTorch."""
+def div(a, b, *, rounding_mode=None):
+    """True division: integers divide into the default float dtype, as in PyTorch; with
+    `rounding_mode` 'trunc' or 'floor', the quotient rounded (minitensor.binary_math)."""
+    if rounding_mode is not None:
+        return binary_math.rounded_div(a, b, rounding_mode)
     a, b = binary_operands("div", a, b)
     if not dtypes.is_floating(a.dtype):
         a, b = floating("div", a, b)
@@ -200,18 +204,18 @@ def matmul(a, b):
     (right) whose added dim is removed from the result."""
     a, b = as_tensor(a), as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+        raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     if a.ndim == 1 or b.ndim == 1:
         out = matmul(a.reshape(1, -1) if a.ndim == 1 else a, b.reshape(-1, 1) if b.ndim == 1 else b)
         return out.reshape(out.shape[:-2] + out.shape[-2:-1] * (a.ndim > 1) + out.shape[-1:] * (b.ndim > 1))
     if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
     if a.dtype != b.dtype:
         raise dtype_mismatch("matmul", a, b)
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
-        raise ValueError(f"matmul: batch dims of {a.shape} and {b.shape} cannot be broadcast") from None
+        raise ShapeError(f"matmul: batch dims of {a.shape} and {b.shape} cannot be broadcast") from None
     return MatMul.apply(a, b)
 
 
@@ -230,7 +234,7 @@ def where(cond, a, b):
     try:
         np.broadcast_shapes(cond.shape, a.shape, b.shape)
     except ValueError:
-        raise ValueError(f"where: condition {cond.shape} does not broadcast with {a.shape} and {b.shape}") from None
+        raise ShapeError(f"where: condition {cond.shape} does not broadcast with {a.shape} and {b.shape}") from None
     return Where.apply(a, b, cond=cond)
 
 

@@ -21,6 +21,7 @@ of a float32 model to float64 (DESIGN.md); convert one explicitly.
 import numpy as np
 
 from minitensor import dtypes
+from minitensor.errors import DTypeError
 
 DEFAULT_FLOAT = np.dtype(np.float32)
 DEFAULT_INT = np.dtype(np.int64)
@@ -82,7 +83,7 @@ def result_type(op, *operands):
     for kind in (dims, zeros if not dims else ()):
         floats = {d for d in kind if category(d) == 2}
         if len(floats) > 1:
-            raise TypeError(f"{op}: dtypes {sorted(str(d) for d in floats)} differ; convert one explicitly: "
+            raise DTypeError(f"{op}: dtypes {sorted(str(d) for d in floats)} differ; convert one explicitly: "
                             f"t.to(mt.float32) (or .float(), .double()) for a tensor, "
                             f"mt.tensor(array, dtype=mt.float32) for a numpy array")
     return _combine(_promote_all(dims), _combine(_promote_all(zeros), _promote_all(wrapped)))

@@ -141,11 +141,13 @@ def flip(a, *dims):
 
 
 def roll(a, shifts, dims=None):
-    """`a` shifted cyclically: `shifts` (an int or a tuple) along `dims` (flattened if None)."""
+    """`a` shifted cyclically: `shifts` (an int or a tuple) along `dims`; without dims, one
+    shift (`1` or `(1,)`) of the flattened elements, the shape kept, as in PyTorch."""
     if dims is None:
-        if not isinstance(shifts, (int, np.integer)):
+        one = shifts[0] if isinstance(shifts, (tuple, list)) and len(shifts) == 1 else shifts
+        if not isinstance(one, (int, np.integer)):
             raise ValueError(f"roll: without dims, shifts must be one int, got {shifts!r}")
-        return Roll.apply(a, shifts=int(shifts), dims=None)
+        return Roll.apply(a, shifts=int(one), dims=None)
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
     dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
     if len(shifts) != len(dims):

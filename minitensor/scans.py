@@ -1,11 +1,14 @@
-"""Differentiable scans (running reductions along one dim): cumsum and cumprod.
+"""Differentiable scans (running reductions along one dim): cumsum, cumprod, cummax, cummin.
 
-y keeps x's shape; yₖ reduces x₀ … xₖ. Each takes PyTorch's `dim` (required) and `dtype=`.
+y keeps x's shape; yₖ reduces x₀ … xₖ. Each takes PyTorch's `dim` (required); cumsum and
+cumprod take `dtype=`, cummax and cummin give `(values, indices)`.
 """
 import numpy as np
 
 from minitensor import dtypes, shape_ops
 from minitensor.autograd import Function
+from minitensor.indexing import Gather
+from minitensor.reductions import ValuesIndices
 from minitensor.tensor import Tensor
 
 
@@ -62,3 +65,32 @@ def cumsum(a, dim, *, dtype=None):
 
 def cumprod(a, dim, *, dtype=None):
     return _scan(CumProd, "cumprod", a, dim, dtype)
+
+
+def _running_extreme_index(x, axis, accumulate):
+    """Where each running extreme yₖ was taken: the LAST i ≤ k with xᵢ = yᵢ (a tie moves
+    the index on, as PyTorch's cummax does), or with xᵢ NaN (NaN wins and stays). Since
+    y changes only at such an i, that i's value is yₖ."""
+    running = accumulate(x, axis=axis)
+    hit = (x == running) | (x != x)
+    positions = np.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+    return np.maximum.accumulate(np.where(hit, positions, 0), axis=axis)
+
+
+def _cumulative_extreme(op, accumulate, a, dim):
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    x = a.reshape(1) if a.ndim == 0 else a
+    axis = shape_ops.check_dim(op, dim, a.ndim or 1, a.shape)
+    index = _running_extreme_index(x.data, axis, accumulate)
+    values = Gather.apply(x, index=index, dim=axis)  # the gradient of yₖ goes to x at its index
+    return ValuesIndices(values.reshape(a.shape), Tensor(index.reshape(a.shape)))
+
+
+def cummax(a, dim):
+    """`(values, indices)`: the running maximum along `dim` and where each was taken."""
+    return _cumulative_extreme("cummax", np.maximum.accumulate, a, dim)
+
+
+def cummin(a, dim):
+    """`(values, indices)`: the running minimum along `dim` and where each was taken."""
+    return _cumulative_extreme("cummin", np.minimum.accumulate, a, dim)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from minitensor.autograd import Function
+from minitensor.errors import ShapeError
 from minitensor.operands import dtype_mismatch
 from minitensor.tensor import Tensor
 
@@ -112,7 +113,7 @@ def reshape(a, *shape):
     try:
         return Reshape.apply(a, shape=shape)
     except ValueError:
-        raise ValueError(f"reshape: cannot reshape {a.shape} ({a.size} elements) into {shape}") from None
+        raise ShapeError(f"reshape: cannot reshape {a.shape} ({a.size} elements) into {shape}") from None
 
 
 def flatten(a, start_dim=0, end_dim=-1):
@@ -141,7 +142,7 @@ def squeeze(a, dim=None):
 def permute(a, *axes):
     axes = dims_from_args(axes)
     if sorted(ax % a.ndim for ax in axes) != list(range(a.ndim)):
-        raise ValueError(f"permute: {axes} is not a permutation of the {a.ndim} axes of {a.shape}")
+        raise ShapeError(f"permute: {axes} is not a permutation of the {a.ndim} axes of {a.shape}")
     return Permute.apply(a, axes=tuple(ax % a.ndim for ax in axes))
 
 
@@ -198,7 +199,7 @@ def concat(tensors, dim=None, *, axis=None):
     dim = check_dim("cat", one_dim("cat", dim, axis), len(shapes[0]), shapes[0])
     outside = [s[:dim] + s[dim + 1:] for s in shapes]
     if any(len(s) != len(shapes[0]) or o != outside[0] for s, o in zip(shapes, outside)):
-        raise ValueError(f"cat (concat): shapes {shapes} differ outside dim {dim}")
+        raise ShapeError(f"cat (concat): shapes {shapes} differ outside dim {dim}")
     return Concat.apply(*tensors, axis=dim)
 
 
@@ -208,7 +209,7 @@ def stack(tensors, dim=None, *, axis=None):
     _check_dtypes("stack", tensors)
     shapes = [t.shape for t in tensors]
     if len(set(shapes)) > 1:
-        raise ValueError(f"stack: shapes {shapes} differ")
+        raise ShapeError(f"stack: shapes {shapes} differ")
     dim = check_dim("stack", one_dim("stack", dim, axis), len(shapes[0]) + 1, shapes[0])
     return Stack.apply(*tensors, axis=dim)
 
@@ -228,7 +229,7 @@ def split(a, split_size_or_sections, dim=None, *, axis=None):
     else:
         sizes = list(split_size_or_sections)
     if sum(sizes) != length:
-        raise ValueError(f"split: sizes {sizes} do not add up to {length}, the size of dim {dim} of {a.shape}")
+        raise ShapeError(f"split: sizes {sizes} do not add up to {length}, the size of dim {dim} of {a.shape}")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     prefix = (slice(None),) * dim
     return tuple(a[prefix + (slice(int(s), int(s) + n),)] for s, n in zip(starts, sizes))

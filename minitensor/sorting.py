@@ -11,22 +11,24 @@ from minitensor.shape_ops import check_dim
 from minitensor.tensor import Tensor
 
 
-def _order(x, axis, descending, stable):
-    """The permutation that sorts `x` along `axis`. Descending sorts the reversed array
-    ascending and reverses back, so equal elements keep their order (stable) either way."""
-    kind = "stable" if stable or descending else None
+def _order(x, axis, descending):
+    """The permutation that sorts `x` along `axis`, always stable: equal elements keep
+    their order. Descending sorts the reversed array ascending and reverses back, so
+    ties keep their order there too."""
     if not descending:
-        return np.argsort(x, axis=axis, kind=kind)
+        return np.argsort(x, axis=axis, kind="stable")
     n = x.shape[axis]
-    return n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind=kind), axis)
+    return n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
 
 
 def argsort(a, dim=-1, descending=False, stable=False):
-    """The int64 indices that sort `a` along `dim` (NaN last, as the largest)."""
+    """The int64 indices that sort `a` along `dim` (NaN last, as the largest). Every sort
+    here is stable, `stable=False` (the default) included: ties keep their order, as
+    PyTorch's `stable=True` promises (and its CPU sort gives by default)."""
     dim = check_dim("argsort", dim, a.ndim or 1, a.shape)
     if a.ndim == 0:
         return Tensor(np.int64(0))
-    return comparison.discrete(lambda x: _order(x, dim, descending, stable).astype(np.int64), a)
+    return comparison.discrete(lambda x: _order(x, dim, descending).astype(np.int64), a)
 
 
 def sort(a, dim=-1, descending=False, stable=False):

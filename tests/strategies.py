@@ -239,3 +239,59 @@ def shapes_and_dim(draw, min_dims=1):
     maybe negative."""
     shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
     return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+# --- minitensor (einsum, scatter_reduce, pad: issue 49) -------------------------------
+
+
+@st.composite
+def einsum_cases(draw, max_operands=3):
+    """(equation, shapes) of a valid einsum: 1..3 operands of 0..3 letters from "ijkl"
+    (repeats within one operand make diagonals), sides 1..3 with some dims of 1 that
+    broadcast, an explicit output of distinct letters or none (PyTorch's implicit one),
+    and sometimes a leading `...` of 0..2 broadcasting dims."""
+    letters = "ijkl"
+    sizes = {c: draw(st.integers(1, 3)) for c in letters}
+    n = draw(st.integers(1, max_operands))
+    terms = [draw(st.lists(st.sampled_from(letters), max_size=3)) for _ in range(n)]
+    ellipsis = draw(st.booleans())
+    batch = draw(st.lists(st.integers(1, 3), max_size=2)) if ellipsis else []
+    shapes = []
+    for term in terms:
+        own = [1 if draw(st.integers(0, 4)) == 0 else sizes[c] for c in term]  # size 1 broadcasts
+        for c, side in zip(term, own):  # a repeated letter is a diagonal: all its sides alike
+            own = [side if d == c else s for d, s in zip(term, own)]
+        lead = batch[len(batch) - draw(st.integers(0, len(batch))):] if ellipsis else []
+        lead = [1 if draw(st.integers(0, 3)) == 0 else s for s in lead]
+        shapes.append(tuple(lead) + tuple(own))
+    used = sorted(set("".join("".join(t) for t in terms)))
+    inputs = ",".join(("..." if ellipsis else "") + "".join(t) for t in terms)
+    if draw(st.booleans()):
+        return inputs, shapes
+    output = "".join(draw(st.permutations(used))[:draw(st.integers(0, len(used)))])
+    return f"{inputs}->{'...' if ellipsis else ''}{output}", shapes
+
+
+@st.composite
+def scatter_reduce_cases(draw):
+    """(shape, dim, index shape, src shape): index no larger than the input outside `dim`
+    and no larger than src anywhere; entries along `dim` are drawn by the test."""
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=3))
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    index = tuple(draw(st.integers(0, 4 if d == dim % len(shape) else n)) for d, n in enumerate(shape))
+    src = tuple(i + draw(st.integers(0, 1)) for i in index)
+    return shape, dim, index, src
+
+
+@st.composite
+def pad_cases(draw):
+    """(shape, pad, mode): a shape of 1..3 dims and a flat (before, after) list over its last
+    dims that the mode accepts (constant may cut; reflect pads less than the side)."""
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    mode = draw(st.sampled_from(["constant", "reflect", "replicate", "circular"]))
+    pad = []
+    for n in reversed(shape[len(shape) - draw(st.integers(1, len(shape))):]):
+        low = -(n // 2) if mode == "constant" else 0
+        high = n - 1 if mode == "reflect" else n if mode == "circular" else 3
+        pad += [draw(st.integers(low, high)), draw(st.integers(low, high))]
+    return shape, tuple(pad), mode

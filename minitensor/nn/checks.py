@@ -30,6 +30,17 @@ def index_array(idx):
     return idx
 
 
+def classes_last(scores, targets):
+    """`scores` with its classes in the last dim. They are there already (this engine's
+    layout, the GPT's (B, T, V)), unless the integer `targets` say otherwise: targets of
+    shape (N, d1, ...) for scores (N, C, d1, ...) are PyTorch's layout, classes in dim 1,
+    moved last (differentiably). Where both readings fit, the engine's (last) wins."""
+    shape = np.shape(targets.data if isinstance(targets, Tensor) else targets)
+    if scores.ndim < 3 or shape == scores.shape[:-1] or shape != scores.shape[:1] + scores.shape[2:]:
+        return scores
+    return scores.permute(0, *range(2, scores.ndim), 1)
+
+
 def check_class_targets(op, scores, targets, ignore_index):
     """`targets` (...) of integer classes in [0, C) (or ignore_index) for `scores` (..., C)."""
     targets = index_array(targets)

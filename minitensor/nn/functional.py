@@ -4,11 +4,12 @@ import math
 import numpy as np
 
 from minitensor import dtypes, unary_ops
-from minitensor.activations import elu, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa
+from minitensor.activations import elu, hardsigmoid, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa: F401  (F.elu ... as in PyTorch)
 from minitensor.autograd import Function
 from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
-from minitensor.nn.checks import check_class_targets, index_array, input_in_dtype_of
+from minitensor.nn.checks import check_class_targets, classes_last, index_array, input_in_dtype_of
 from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
+from minitensor.padding import pad  # noqa: F401  (F.pad, as in PyTorch)
 from minitensor.random import default_generator
 from minitensor.shape_ops import check_dim, one_dim
 from minitensor.tensor import Tensor
@@ -223,20 +224,26 @@ def layer_norm(x, weight, bias, eps=1e-5):
     return LayerNorm.apply(x, weight, bias, eps=eps)
 
 
-def cross_entropy(logits, targets, ignore_index=-100, *, reduction="mean", label_smoothing=0.0):
+def cross_entropy(logits, targets, ignore_index=-100, *, reduction="mean", label_smoothing=0.0, weight=None):
     """Cross-entropy of `logits (..., C)` (classes LAST) against integer `targets (...)` in
-    [0, C), or against probabilities of the logits' shape (float targets).
+    [0, C), or against probabilities of the logits' shape (float targets, classes last).
+    Integer targets (N, d1, ...) for logits (N, C, d1, ...) read PyTorch's layout (classes
+    in dim 1; nn.checks.classes_last). `weight` (one per class, a constant) scales each
+    class's terms; the mean then divides by the counted targets' total weight, as PyTorch's.
 
-    The default (mean, no smoothing, class indices) is the fused CrossEntropy kernel; the
-    others compose log_softmax with minitensor.nn.losses. Targets equal to `ignore_index`
-    count for nothing; if all are, the loss is 0, deliberately (PyTorch gives NaN)."""
-    if isinstance(targets, Tensor) and dtypes.is_floating(targets.dtype):
-        return soft_target_loss(log_softmax(logits), targets, reduction, label_smoothing)
+    The default (mean, no smoothing or weight, class indices) is the fused kernel, the rest
+    log_softmax and nn.losses. Targets equal to `ignore_index` count for nothing (all: 0)."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if isinstance(targets, np.ndarray) and dtypes.is_floating(targets.dtype):
+        targets = Tensor(targets)  # probabilities as an array, as a tensor
+    if isinstance(targets, Tensor) and dtypes.is_floating(targets.dtype):
+        return soft_target_loss(log_softmax(logits), targets, reduction, label_smoothing, weight)
+    logits = classes_last(logits, targets)
     targets = check_class_targets("cross_entropy", logits, targets, ignore_index)
-    if reduction != "mean" or label_smoothing:
-        return nll_loss(log_softmax(logits), targets, ignore_index, reduction, label_smoothing=label_smoothing)
+    if reduction != "mean" or label_smoothing or weight is not None:
+        return nll_loss(log_softmax(logits), targets, ignore_index, reduction, weight=weight,
+                        label_smoothing=label_smoothing)
     return CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index)
 
 

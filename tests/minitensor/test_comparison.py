@@ -88,3 +88,40 @@ def test_tensors_hash_by_identity():
     a, b = mt.tensor([1.0, 2.0]), mt.tensor([1.0, 2.0])
     assert hash(a) != hash(b) and len({a, b}) == 2 and {a: 1}[a] == 1
     assert (a == None) is False and (a != "a") is True  # noqa: E711  (not a number: Python's own ==)
+
+
+INTEGER_DTYPES = (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64)
+
+
+@given(left=st.sampled_from(INTEGER_DTYPES), right=st.sampled_from(INTEGER_DTYPES), zero_dim=st.booleans(),
+       seed=seeds)
+def test_bitwise_ops_across_integer_dtypes_follow_pytorch_promotion(left, right, zero_dim, seed):
+    """The result's dtype is torch.result_type's (a 0-d tensor only counts when it raises the
+    category), its values those of the operands cast to that dtype first."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, size=(3,)).astype(left) if left != np.bool_ else rng.random(3) > 0.5
+    y = rng.integers(-128, 128, size=() if zero_dim else (3,))
+    y = y.astype(right) if right != np.bool_ else y > 0
+    raises_category = left == np.bool_ and right != np.bool_
+    dtype = mt.promote_types(left, right) if not zero_dim or raises_category else np.dtype(left)
+    for op, ufunc in ((lambda a, b: a & b, np.bitwise_and), (lambda a, b: a | b, np.bitwise_or),
+                      (lambda a, b: a ^ b, np.bitwise_xor)):
+        out = op(mt.tensor(x), mt.tensor(y))
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out.data, ufunc(x.astype(dtype), np.asarray(y).astype(dtype)))
+    if np.dtype(dtype) != np.bool_:  # shifts by 0..3 bits, in the promoted dtype too
+        steps = np.abs(np.asarray(y).astype(dtype)) % 4
+        for shifted, ufunc in ((mt.tensor(x) << mt.tensor(steps), np.left_shift),
+                               (mt.tensor(x) >> mt.tensor(steps), np.right_shift)):
+            np.testing.assert_array_equal(shifted.data, ufunc(x.astype(dtype), steps))
+
+
+def test_bitwise_ops_with_python_numbers_wrap_as_pytorch():
+    """A Python int is weak: the tensor's dtype wins and the number wraps into it (uint8 & -1
+    is & 255), never an overflow error."""
+    u = mt.tensor([200, 3], dtype=mt.uint8)
+    assert (u & -1).dtype == mt.uint8 and (u & -1).data.tolist() == [200, 3]
+    assert (mt.tensor([-3, 5], dtype=mt.int8) ^ 300).data.tolist() == [-3 ^ 44, 5 ^ 44]  # 300 wraps to 44
+    assert (5 | mt.tensor([2, 3])).data.tolist() == [7, 7] and (mt.tensor([True, False]) & 5).dtype == mt.int64
+    assert (mt.tensor([True, False]) ^ True).dtype == mt.bool
+    assert (mt.tensor([250], dtype=mt.uint8) + 10).data.tolist() == [4]  # arithmetic wraps alike

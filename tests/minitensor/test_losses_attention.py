@@ -68,20 +68,32 @@ def test_cross_entropy_default_is_the_fused_kernel():
         F.nll_loss(x, mt.tensor([0, 3]))
 
 
+def reduced(per, reduction):
+    return {"none": per, "sum": per.sum(), "mean": per.sum() / max(per.size, 1)}[reduction]
+
+
 @given(shape=st.sampled_from([(), (0,), (3,), (2, 3)]), reduction=st.sampled_from(["none", "sum", "mean"]),
-       seed=seeds)
-def test_binary_cross_entropy_and_with_logits(shape, reduction, seed):
+       seed=seeds, weighted=st.booleans())
+def test_binary_cross_entropy_and_with_logits(shape, reduction, seed, weighted):
+    """PyTorch's formulas: l = −w·(a·t·log p + (1−t)·log(1−p)), w the element weight, a the
+    positives' weight (with logits only), both 1 unless given; the mean over elements."""
     rng = np.random.default_rng(seed)
     x, t = leaf(rng, shape), mt.tensor(rng.random(shape), requires_grad=True)
     p = mt.tensor(1 / (1 + np.exp(-x.data)), requires_grad=True)
-    per = -(t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
-    expected = {"none": per, "sum": per.sum(), "mean": per.sum() / max(per.size, 1)}[reduction]
-    np.testing.assert_allclose(F.binary_cross_entropy(p, t, reduction).data, expected, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(F.binary_cross_entropy_with_logits(x, t, reduction).data, expected, rtol=1e-10,
-                               atol=1e-12)
+    w, a = (rng.uniform(0.5, 2.0, shape[-1:]), rng.uniform(0.5, 3.0, shape[-1:])) if weighted else (None, None)
+    w_, a_ = (1.0, 1.0) if w is None else (w, a)
+    per = -w_ * (t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
+    np.testing.assert_allclose(F.binary_cross_entropy(p, t, w, reduction=reduction).data, reduced(per, reduction),
+                               rtol=1e-10, atol=1e-12)
+    per = -w_ * (a_ * t.data * np.log(p.data) + (1 - t.data) * np.log(1 - p.data))
+
+    def with_logits(x, t):
+        return F.binary_cross_entropy_with_logits(x, t, w, reduction=reduction, pos_weight=a)
+
+    np.testing.assert_allclose(with_logits(x, t).data, reduced(per, reduction), rtol=1e-10, atol=1e-12)
     if per.size:
-        assert mt.gradcheck(lambda p, t: F.binary_cross_entropy(p, t, reduction), p, t)
-        assert mt.gradcheck(lambda x, t: F.binary_cross_entropy_with_logits(x, t, reduction), x, t)
+        assert mt.gradcheck(lambda p, t: F.binary_cross_entropy(p, t, w, reduction), p, t)
+        assert mt.gradcheck(with_logits, x, t)
 
 
 def test_binary_cross_entropy_errors_and_extremes():
@@ -91,6 +103,9 @@ def test_binary_cross_entropy_errors_and_extremes():
         F.binary_cross_entropy_with_logits(mt.tensor([1.0, 2.0]), mt.tensor([1.0]))
     assert F.binary_cross_entropy(mt.tensor([0.0]), mt.tensor([1.0])).item() == 100.0  # log clamped at -100
     assert np.isfinite(F.binary_cross_entropy_with_logits(mt.tensor([-800.0]), mt.tensor([1.0])).item())
+    assert np.isfinite(F.binary_cross_entropy_with_logits(mt.tensor([800.0]), mt.tensor([0.0]), pos_weight=3.0).item())
+    with pytest.raises(ValueError, match="pos_weight \\(3,\\) does not broadcast to the input's shape \\(2,\\)"):
+        F.binary_cross_entropy_with_logits(mt.tensor([1.0, 2.0]), mt.tensor([1.0, 0.0]), pos_weight=np.ones(3))
 
 
 def np_attention(q, k, v, hidden, scale):
@@ -128,3 +143,55 @@ def test_softmax_takes_dim_and_is_a_method():
     with pytest.raises(IndexError, match="softmax: dim 2"):
         x.softmax(2)
     assert x.add(1).sub(1).mul(2).div(2).neg().neg().data.tolist() == x.data.tolist()
+
+
+@given(extra=st.integers(1, 2), reduction=st.sampled_from(["none", "sum", "mean"]), eps=st.sampled_from([0.0, 0.1]),
+       seed=seeds)
+def test_cross_entropy_and_nll_read_pytorchs_classes_in_dim_1(extra, reduction, eps, seed):
+    """Integer targets (N, d1, ...) for scores (N, C, d1, ...) are PyTorch's layout: the same
+    loss as the classes moved last (and the GPT's (B, T, V) with (B, T) targets keeps its)."""
+    rng = np.random.default_rng(seed)
+    n, c, sides = 2, 4, (3, 2)[:extra]
+    x = leaf(rng, (n, c) + sides)
+    t = rng.integers(0, c, size=(n,) + sides)
+    t.reshape(-1)[0] = -100
+    last = np.moveaxis(x.data, 1, -1)
+    loss = F.cross_entropy(x, mt.tensor(t), reduction=reduction, label_smoothing=eps)
+    np.testing.assert_allclose(loss.data, reference_ce(last, t, -100, reduction, eps), rtol=1e-12, atol=1e-14)
+    assert mt.gradcheck(lambda x: F.cross_entropy(x, mt.tensor(t), reduction=reduction, label_smoothing=eps), x)
+    np.testing.assert_allclose(F.nll_loss(F.log_softmax(x, dim=1), t, reduction=reduction).data,
+                               reference_ce(last, t, -100, reduction, 0.0), rtol=1e-12, atol=1e-14)
+    both = leaf(rng, (2, 3, 3))  # targets (2, 3) fit both readings: the engine's (classes last) wins
+    targets = rng.integers(0, 3, size=(2, 3))
+    np.testing.assert_allclose(F.cross_entropy(both, targets).data, reference_ce(both.data, targets, -100, "mean", 0))
+
+
+@given(rows=st.integers(1, 4), reduction=st.sampled_from(["none", "sum", "mean"]), eps=st.sampled_from([0.0, 0.1]),
+       seed=seeds)
+def test_class_weights_as_pytorchs(rows, reduction, eps, seed):
+    """PyTorch's weighted formula (aten LossNLL): lᵢ = −(1−ε)·w[tᵢ]·logpᵢ[tᵢ] − (ε/C)·Σ_c w_c·logpᵢ[c];
+    the mean divides by Σ w[tᵢ] over counted rows. Probability targets: −Σ_c w_c·q_c·logp_c,
+    the mean over rows."""
+    rng = np.random.default_rng(seed)
+    x, w = leaf(rng, (rows, 3)), rng.uniform(0.2, 2.0, 3)
+    t = rng.integers(0, 3, size=rows)
+    t[0] = -100
+    logp = np_log_softmax(x.data)
+    counted = t != -100
+    safe = np.where(counted, t, 0)
+    per_row = np.where(counted, -(1 - eps) * w[safe] * logp[np.arange(rows), safe] - eps / 3 * (logp @ w), 0)
+    expected = {"none": per_row, "sum": per_row.sum(), "mean": per_row.sum() / (w[safe][counted].sum() or 1)}
+
+    def weighted(x):
+        return F.cross_entropy(x, t, reduction=reduction, label_smoothing=eps, weight=mt.tensor(w))
+
+    np.testing.assert_allclose(weighted(x).data, expected[reduction], rtol=1e-12, atol=1e-14)
+    assert mt.gradcheck(weighted, x)
+    np.testing.assert_allclose(F.nll_loss(F.log_softmax(x, dim=-1), t, reduction=reduction, weight=w).data,
+                               F.cross_entropy(x, t, reduction=reduction, weight=w).data, rtol=1e-12)
+    q = F.softmax(leaf(rng, (rows, 3)), dim=-1).data
+    soft = -(w * ((1 - eps) * q + eps / 3) * logp).sum(-1)
+    np.testing.assert_allclose(F.cross_entropy(x, q, reduction=reduction, label_smoothing=eps, weight=w).data,
+                               {"none": soft, "sum": soft.sum(), "mean": soft.mean()}[reduction], rtol=1e-12)
+    with pytest.raises(ValueError, match="weight \\(2,\\) needs one entry per class"):
+        F.cross_entropy(x, t, weight=np.ones(2))

@@ -39,6 +39,7 @@ UNARY = {
                  lambda x: np.where(2 * x > 1, x, np.log1p(np.exp(2 * x)) / 2), "any"),
     "relu6": (lambda x: F.relu6(x * 4), lambda x: np.clip(x * 4, 0, 6), "any"),
     "hardtanh": (lambda x: F.hardtanh(x, -0.5, 0.5), lambda x: np.clip(x, -0.5, 0.5), "any"),
+    "hardsigmoid": (lambda x: F.hardsigmoid(x * 4), lambda x: np.clip(x * 4 / 6 + 0.5, 0, 1), "any"),
     "gelu_none": (lambda x: F.gelu(x, approximate="none"), lambda x: x * 0.5 * (1 + erf(x / np.sqrt(2))), "any"),
     "clamp": (lambda x: x.clamp(-0.5, 0.7), lambda x: np.clip(x, -0.5, 0.7), "any"),
     "clip_min": (lambda x: mt.clip(x, min=0.2), lambda x: np.maximum(x, 0.2), "any"),

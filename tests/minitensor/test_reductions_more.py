@@ -125,3 +125,57 @@ def test_empty_reductions_follow_pytorch():
             fn()
     with pytest.raises(IndexError, match="axis 2 is out of range for a tensor of shape \\(3, 0\\)"):
         empty.sum(2)
+
+
+def running_extreme_reference(x, axis, moves):
+    """Loops: the running max (min) along `axis` and the LAST index holding it (PyTorch's
+    cummax / cummin: a tie moves the index on; a NaN wins and stays)."""
+    x = np.moveaxis(x, axis, -1)
+    values, indices = np.empty_like(x), np.zeros(x.shape, np.int64)
+    for row in np.ndindex(x.shape[:-1]):
+        best, where = None, 0
+        for i, v in enumerate(x[row]):
+            if best is None or np.isnan(v) or (not np.isnan(best) and moves(v, best)):
+                best, where = v, i
+            values[row + (i,)], indices[row + (i,)] = best, where
+    return np.moveaxis(values, -1, axis), np.moveaxis(indices, -1, axis)
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@given(shape_dim=shapes_and_dims(tuples=False), seed=seeds, nan=st.booleans())
+def test_cummax_cummin_against_loops(name, shape_dim, seed, nan):
+    shape, dim = shape_dim
+    dim = 0 if dim is None else dim
+    rng = np.random.default_rng(seed)
+    ties = rng.integers(-2, 3, size=shape).astype(np.float64)
+    if nan and ties.size:
+        ties.reshape(-1)[rng.integers(0, ties.size)] = np.nan
+    moves = np.greater_equal if name == "cummax" else np.less_equal  # a tie moves the index on
+    values, indices = getattr(mt.tensor(ties), name)(dim)
+    expected_values, expected_indices = running_extreme_reference(ties.reshape(shape or (1,)), dim, moves)
+    np.testing.assert_array_equal(values.data, expected_values.reshape(shape))
+    np.testing.assert_array_equal(indices.data, expected_indices.reshape(shape))
+    x = leaf(rng, shape)  # no ties: the running extreme moves by steps the finite differences do not cross
+    assert mt.gradcheck(lambda x: getattr(mt, name)(x, dim).values, x)
+
+
+def test_cummax_sends_each_gradient_to_the_index_it_returns():
+    x = mt.tensor(np.array([1.0, 3.0, 2.0, 3.0, 0.0]), requires_grad=True)
+    values, indices = mt.cummax(x, 0)
+    assert indices.data.tolist() == [0, 1, 1, 3, 3] and indices.dtype == mt.int64
+    values.sum().backward()
+    np.testing.assert_array_equal(x.grad, [1, 2, 0, 2, 0])
+
+
+def test_dtype_argument_of_sums_products_and_scans():
+    ints = mt.tensor([[1, 2], [3, 4]], dtype=mt.int32)
+    for name in ("sum", "prod"):
+        out = getattr(mt, name)(ints, dtype=mt.float64)
+        assert out.dtype == mt.float64 and out.item() == getattr(np, name)(ints.data)
+    for name in ("cumsum", "cumprod"):
+        out = getattr(ints, name)(1, dtype=mt.float32)
+        assert out.dtype == mt.float32
+        np.testing.assert_array_equal(out.data, getattr(np, name)(ints.data, axis=1))
+    x = mt.tensor(np.array([1.5, 2.0]), requires_grad=True)
+    mt.cumprod(x, 0, dtype=mt.float64).sum().backward()  # a float dtype keeps the graph
+    np.testing.assert_array_equal(x.grad, [1 + 2.0, 1.5])
