@@ -8,6 +8,7 @@ from minitensor.activations import elu, hardtanh, leaky_relu, logsigmoid, relu6,
 from minitensor.autograd import Function
 from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
 from minitensor.nn.checks import check_class_targets, index_array, input_in_dtype_of
+from minitensor.nn.flash_attention import flash_attention  # noqa: F401  (F.flash_attention)
 from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
 from minitensor.random import default_generator
 from minitensor.shape_ops import check_dim, one_dim
