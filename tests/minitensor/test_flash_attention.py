@@ -9,7 +9,9 @@ from strategies import flash_cases, seeds
 
 import minitensor as mt
 from minitensor import graph
+from minitensor.models.gpt import GPT, GPTConfig, use_attention
 from minitensor.nn import functional as F
+from minitensor.nn.attention_kernels import attention_kernel
 from minitensor.nn.flash_attention import flash_attention
 
 TOL = 1e-12
@@ -142,3 +144,35 @@ def test_pytorch_scaled_dot_product_attention_agrees():
     got = flash(q, k, v, grad, case, None)
     for g, e in zip((got[0], got[2], got[3], got[4]), (out, tq.grad, tk.grad, tv.grad)):
         np.testing.assert_allclose(g, e.detach().numpy(), atol=TOL)
+
+
+def gpt_loss_and_grads(config, kernel, idx, targets):
+    mt.manual_seed(0)
+    model = use_attention(GPT(config).double(), kernel)
+    _, loss = model(idx, targets)
+    loss.backward()
+    return loss.item(), {name: p.grad for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_gpt_computing_attention_by_flash_equals_the_dense_gpt(causal):
+    config = GPTConfig(vocab_size=11, block_size=12, n_layer=2, n_head=2, d_model=8, causal=causal)
+    rng = np.random.default_rng(0)
+    idx, targets = rng.integers(0, 11, (2, 12)), rng.integers(0, 11, (2, 12))
+    loss, grads = gpt_loss_and_grads(config, attention_kernel("flash", block=5), idx, targets)
+    ref_loss, ref_grads = gpt_loss_and_grads(config, attention_kernel("dense"), idx, targets)
+    assert abs(loss - ref_loss) <= TOL * abs(ref_loss)
+    floor = 1e-6 * max(float(np.abs(g).max()) for g in ref_grads.values())  # the key bias's gradient is 0 exactly
+    for name, ref in ref_grads.items():
+        assert float(np.abs(grads[name] - ref).max()) <= TOL * max(float(np.abs(ref).max()), floor), name
+
+
+def test_flash_attention_refuses_attention_dropout_and_unknown_kernels():
+    model = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, d_model=4, dropout=0.1))
+    with pytest.raises(ValueError, match="flash attention has no dropout on its probabilities, but the model's "
+                                         "dropout is 0.1; use dropout 0 or the dense kernel"):
+        use_attention(model, attention_kernel("flash"))
+    with pytest.raises(ValueError, match=r"attention kernel 'sparse' is not one of \('dense', 'flash'\)"):
+        attention_kernel("sparse")
+    with pytest.raises(ValueError, match="flash attention: block size must be a positive integer, got 0"):
+        attention_kernel("flash", block=0)
