@@ -208,3 +208,13 @@ def test_a_flash_layout_needs_less_activation_memory_and_says_so():
     assert flash.flags() == "flash" and dense.flags() == "-"
     with pytest.raises(ValueError, match=r"Layout.attention='sparse' must be one of \('dense', 'flash'\)"):
         Layout(attention="sparse")
+
+
+def test_the_planner_fits_a_longer_sequence_with_flash_attention():
+    """`python -m parallel.plan --longest-sequence --attention flash`: with no s² term the longest
+    sequence that fits grows, and every layout the search returns carries the kernel."""
+    from parallel.plan.search import longest_sequence
+    dense, flash = (longest_sequence(get_config("small"), 2, 2, "laptop-cpu", 2**28, attention=kernel)
+                    for kernel in ("dense", "flash"))
+    assert flash[0] > 2 * dense[0] > 0
+    assert flash[1].layout.attention == "flash" and dense[1].layout.attention == "dense"
