@@ -114,6 +114,7 @@ def main(argv=None):
     attention.add_argument("--heads", type=int, default=4, help="heads (default 4)")
     attention.add_argument("--head-size", type=int, default=64, help="head size d (default 64)")
     attention.add_argument("--block", type=int, default=128, help="flash attention's tile, queries and keys (default 128)")
+    attention.add_argument("--bidirectional", action="store_true", help="no causal mask: flash skips no tile")
     attention.add_argument("--budget", type=int, default=512, metavar="MIB",
                            help="memory budget for saved activations (default 512 MiB)")
     attention.add_argument("--beyond", type=int, default=8192, metavar="T",

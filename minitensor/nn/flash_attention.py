@@ -120,8 +120,9 @@ def tiled_backward(q, k, v, dout, lse, delta, scale, causal=False, hidden=None, 
 
 
 class FlashAttention(Function):
-    """O = softmax(s·Q Kᵀ, hidden keys left out) V by tiles; saves Q, K, V, O and L only.
-    16-bit inputs are computed in float32 and the results rounded once (minitensor.dtypes)."""
+    """O = softmax(s·Q Kᵀ, hidden keys left out) V by tiles; saves Q, K, V, O and L only (a mask
+    is the caller's input, held by reference like a parameter, not an activation). 16-bit inputs
+    are computed in float32 and the results rounded once (minitensor.dtypes)."""
 
     def forward(self, q, k, v, scale, causal, hidden, block_q, block_k, lse_out=None):
         self.args = dict(scale=scale, causal=causal, hidden=hidden, block_q=block_q, block_k=block_k)
@@ -149,6 +150,8 @@ def check_flash_args(q, k, v, mask, block_q, block_k):
             or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2]):
         raise ValueError(f"flash_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit "
                          f"(need (..., T_q, d), (..., T_k, d), (..., T_k, d_v) with the same leading dims)")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"flash_attention: q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}; give them one dtype")
     if mask is not None:
         scores = q.shape[:-1] + k.shape[-2:-1]
         mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
