@@ -1,6 +1,6 @@
 """`python -m parallel.train --attention flash`: the tiled kernel under tp (heads), pp (stages) and
-cp (ring attention's block pairs, Ulysses' heads) passes --check against the dense one-device
-model, on threads and on real MPI ranks; its flags are checked before any work."""
+cp (ring attention's block pairs, Ulysses' heads), for the GPT and BERT, passes --check against the
+dense one-device model, on threads and on real MPI ranks; its flags are checked before any work."""
 
 import pytest
 from mpi_launch import requires_mpiexec, run_mpi
@@ -16,7 +16,8 @@ TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "-
     ["--threads", "4", "--cp", "2", "--tp", "2", "--attention-block", "2"],
     ["--threads", "4", "--cp", "2", "--dp", "2", "--zero", "3", "--cp-layout", "contiguous"],
     ["--threads", "2", "--cp", "2", "--cp-comm-type", "a2a", "--attention-block", "5"],
-], ids=["tp2-pp2", "cp2-tp2", "cp2-dp2-zero3", "ulysses-cp2"])
+    ["--threads", "4", "--model", "bert", "--tp", "2", "--pp", "2", "--attention-block", "4"],
+], ids=["tp2-pp2", "cp2-tp2", "cp2-dp2-zero3", "ulysses-cp2", "bert-tp2-pp2"])
 def test_flash_attention_passes_the_check_against_the_dense_single_device_model(layout, capsys):
     result = main(TINY + layout + ["--check"])
     assert result["check"] <= 1e-9
