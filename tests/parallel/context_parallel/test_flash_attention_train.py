@@ -39,10 +39,13 @@ def test_bad_attention_flags_are_one_line_errors(extra, message, capsys):
 
 
 @requires_mpiexec
-def test_flash_attention_with_tp_and_cp_on_real_mpi_ranks_passes_the_check():
-    out = run_mpi(4, ["-m", "parallel.train", *TINY, "--tp", "2", "--cp", "2", "--attention-block", "3", "--check"],
-                  timeout=300).stdout
-    assert "layout: dp=1 tp=2 pp=1 cp=2 (zigzag, ring attention)" in out and "flash attention in 3×3 tiles" in out
+@pytest.mark.parametrize("layout, line", [
+    (["--tp", "2", "--cp", "2"], "layout: dp=1 tp=2 pp=1 cp=2 (zigzag, ring attention)"),
+    (["--tp", "2", "--pp", "2", "--microbatches", "2"], "layout: dp=1 tp=2 pp=2"),
+], ids=["tp2-cp2", "tp2-pp2"])
+def test_flash_attention_on_real_mpi_ranks_passes_the_check(layout, line):
+    out = run_mpi(4, ["-m", "parallel.train", *TINY, *layout, "--attention-block", "3", "--check"], timeout=300).stdout
+    assert line in out and "flash attention in 3×3 tiles" in out
     worst = float(out.split("check: largest relative difference to one device over 2 step(s): ")[1].split()[0])
     assert worst <= 1e-9, out
 
