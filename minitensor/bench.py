@@ -2,6 +2,8 @@
 
     python -m minitensor.bench [--steps N] [--warmup N] [--blas-threads N] [--no-torch] [--configs small medium tiny]
     python -m minitensor.bench --graph     (the graph rewrites' effect: minitensor.bench_graph)
+    python -m minitensor.bench --attention (flash attention's step and saved bytes vs the dense kernel's:
+                                            minitensor.bench_attention; --lengths, --block, --budget, --beyond)
 
 `--configs tiny` runs the small GPT's ops at d_model 8 on 4 tokens, where their arithmetic
 vanishes: its ms/step is a step's fixed cost (the Python of 52 graph nodes and their Module
@@ -40,6 +42,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.allocator import keep_freed_memory
+from minitensor.bench_attention import attention_main
 from minitensor.bench_cli import bench_parser, run_bench
 from minitensor.bench_graph import graph_main
 from minitensor.bench_numpy import numpy_step
@@ -58,6 +61,7 @@ from minitensor.bench_timing import (
     training_step,
 )
 from minitensor.bench_torch import torch_step
+from minitensor.flags import AT_LEAST_1
 from minitensor.kernel_threads import blas_threads
 from minitensor.models.gpt import GPT
 
@@ -103,13 +107,28 @@ def main(argv=None):
                         help="leave malloc's defaults (freed memory goes back to the OS every step)")
     parser.add_argument("--graph", action="store_true",
                         help="nodes, bytes and step time before -> after the graph rewrites (medium GPT)")
-    return run_bench(parser, argv, run)
+    attention = parser.add_argument_group("--attention (minitensor.bench_attention)")
+    attention.add_argument("--attention", action="store_true", help="flash vs dense attention: step time, saved bytes")
+    attention.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048], metavar="T",
+                           help="sequence lengths (default 1024 2048)")
+    attention.add_argument("--heads", type=int, default=4, help="heads (default 4)")
+    attention.add_argument("--head-size", type=int, default=64, help="head size d (default 64)")
+    attention.add_argument("--block", type=int, default=128, help="flash attention's tile, queries and keys (default 128)")
+    attention.add_argument("--bidirectional", action="store_true", help="no causal mask: flash skips no tile")
+    attention.add_argument("--budget", type=int, default=512, metavar="MIB",
+                           help="memory budget for saved activations (default 512 MiB)")
+    attention.add_argument("--beyond", type=int, default=8192, metavar="T",
+                           help="a length whose dense probabilities exceed the budget (default 8192)")
+    return run_bench(parser, argv, run, rules={name: AT_LEAST_1 for name in (
+        "heads", "head_size", "block", "budget", "beyond")})
 
 
 def run(args):
     kept = not args.release_memory and keep_freed_memory()
     if args.graph:
         return graph_main(args, kept)
+    if args.attention:
+        return attention_main(args)
     threads = blas_threads()
     probe = gemm_probe()
     probe()  # the first product wakes BLAS's threads

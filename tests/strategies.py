@@ -295,3 +295,16 @@ def pad_cases(draw):
         high = n - 1 if mode == "reflect" else n if mode == "circular" else 3
         pad += [draw(st.integers(low, high)), draw(st.integers(low, high))]
     return shape, tuple(pad), mode
+
+
+# --- minitensor.nn.flash_attention -----------------------------------------------
+
+@st.composite
+def flash_cases(draw, min_keys=1):
+    """(batch, heads, T_q, T_k, head size, block_q, block_k, causal, masked): block sizes
+    drawn independently of T (most do not divide it; some exceed it)."""
+    t_q = draw(st.integers(1, 13))
+    t_k = t_q if draw(st.booleans()) else draw(st.integers(min_keys, 13))
+    return dict(batch=draw(st.integers(1, 2)), heads=draw(st.integers(1, 3)), t_q=t_q, t_k=t_k,
+                d=draw(st.integers(1, 5)), block_q=draw(st.integers(1, 9)), block_k=draw(st.integers(1, 9)),
+                causal=draw(st.booleans()), masked=draw(st.booleans()))

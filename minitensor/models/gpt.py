@@ -18,6 +18,7 @@ import numpy as np
 from minitensor import nn
 from minitensor.autograd import no_grad
 from minitensor.nn import functional as F
+from minitensor.nn.attention_kernels import DENSE
 from minitensor.nn.moe import MoE
 from minitensor.random import default_generator
 from minitensor.tensor import DEFAULT_FLOAT, Tensor
@@ -94,13 +95,25 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(b, t, h * d)
 
 
-def attend(q, k, v, n_head, causal, dropout_p, training):
-    """Multi-head attention on projected q, k, v of shape (B, T, n_head·d)."""
-    heads = F.scaled_dot_product_attention(
-        split_heads(q, n_head), split_heads(k, n_head), split_heads(v, n_head),
-        causal=causal, dropout_p=dropout_p, training=training,
-    )
+def attend(q, k, v, n_head, causal, dropout_p, training, kernel=DENSE):
+    """Multi-head attention on projected q, k, v of shape (B, T, n_head·d), by `kernel`
+    (minitensor.nn.attention_kernels: dense, or flash's tiles)."""
+    heads = kernel(split_heads(q, n_head), split_heads(k, n_head), split_heads(v, n_head),
+                   causal=causal, dropout_p=dropout_p, training=training)
     return merge_heads(heads)
+
+
+def use_attention(model, kernel):
+    """Compute every SelfAttention of `model` (a GPT, a BERT, or any module holding their blocks)
+    with `kernel`: the same function, another way (flash attention keeps O(T·d) bytes, not O(T²)).
+    Do it before a parallel layout converts the model: the layout copies each block's kernel."""
+    layers = [m for m in model.modules() if isinstance(m, SelfAttention)]
+    if not kernel.has_dropout and any(layer.dropout for layer in layers):
+        raise ValueError(f"{kernel.name} attention has no dropout on its probabilities, but the model's dropout is "
+                         f"{layers[0].dropout}; use dropout 0 or the dense kernel")
+    for layer in layers:
+        layer.kernel = kernel
+    return model
 
 
 class SelfAttention(nn.Module):
@@ -108,12 +121,14 @@ class SelfAttention(nn.Module):
         super().__init__()
         d, inner = config.d_model, config.n_head * config.head_dim
         self.n_head, self.causal, self.dropout = config.n_head, config.causal, config.dropout
+        self.kernel = DENSE  # how attention is computed (use_attention)
         self.q, self.k, self.v = (nn.Linear(d, inner, dtype=dtype) for _ in range(3))
         self.proj = nn.Linear(inner, d, dtype=dtype)
         self.resid_drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        y = attend(self.q(x), self.k(x), self.v(x), self.n_head, self.causal, self.dropout, self.training)
+        y = attend(self.q(x), self.k(x), self.v(x), self.n_head, self.causal, self.dropout, self.training,
+                   self.kernel)
         return self.resid_drop(self.proj(y))
 
 

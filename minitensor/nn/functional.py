@@ -8,6 +8,7 @@ from minitensor.activations import elu, hardsigmoid, hardtanh, leaky_relu, logsi
 from minitensor.autograd import Function
 from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
 from minitensor.nn.checks import check_class_targets, classes_last, index_array, input_in_dtype_of
+from minitensor.nn.flash_attention import flash_attention  # noqa: F401  (F.flash_attention)
 from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
 from minitensor.padding import pad  # noqa: F401  (F.pad, as in PyTorch)
 from minitensor.random import default_generator
@@ -255,11 +256,8 @@ def embedding(idx, weight):
 
 
 def dropout(x, p=0.5, training=True, generator=None):
-    """Zero each element with probability p and scale the rest by 1/(1−p).
-
-    The mask comes from `generator` (default: this thread's seeded generator), so a
-    run is deterministic for a given seed.
-    """
+    """Zero each element with probability p and scale the rest by 1/(1−p). The mask comes from
+    `generator` (default: this thread's seeded generator): a run is deterministic for a given seed."""
     if not training or p == 0.0:
         return x
     if not 0.0 <= p < 1.0:

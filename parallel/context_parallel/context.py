@@ -5,7 +5,8 @@
         positions(t)            the global positions of this rank's t tokens (its position
                                 embeddings follow the tokens it holds)
         attend(q, k, v, ...)    attention over the group: the ring (comm_type "p2p",
-                                ring_attention.py) or two all-to-alls ("a2a", ulysses.py)
+                                ring_attention.py) or two all-to-alls ("a2a", ulysses.py),
+                                by the model's attention kernel (dense or flash)
         loss_weight(targets)    what this rank's mean loss is scaled by (below)
         work                    unmasked (query, key) pairs this rank computed (× batch × heads)
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from minitensor.data.addition import IGNORE_INDEX
 from minitensor.models.gpt import merge_heads, split_heads
+from minitensor.nn.attention_kernels import DENSE
 
 from .layout import check_layout, check_sequence_length, rank_chunks, token_positions
 from .ring_attention import RingAttention
@@ -67,12 +69,13 @@ class ContextParallel:
             raise ValueError(f"Ulysses context parallelism (comm_type 'a2a') needs the heads per tp rank, "
                              f"{n_head}, divisible by cp = {self.group.size} (cp ≤ heads per tp rank)")
 
-    def attend(self, q, k, v, n_head, causal):
-        """Multi-head attention over the group on this rank's projected q, k, v (B, T/cp, n_head·d)."""
+    def attend(self, q, k, v, n_head, causal, kernel=DENSE):
+        """Multi-head attention over the group on this rank's projected q, k, v (B, T/cp, n_head·d),
+        by `kernel` (minitensor.nn.attention_kernels): the ring computes each block pair in its tiles."""
         q, k, v = (split_heads(t, n_head) for t in (q, k, v))
         if self.comm_type == "a2a":
-            return merge_heads(ulysses_attention(q, k, v, self, causal))
-        return merge_heads(RingAttention.apply(q, k, v, context=self, causal=causal))
+            return merge_heads(ulysses_attention(q, k, v, self, causal, kernel))
+        return merge_heads(RingAttention.apply(q, k, v, context=self, causal=causal, tiles=kernel.tiles))
 
     def loss_weight(self, targets, ignore_index=IGNORE_INDEX):
         """cp·n / (n summed over the cp group), n the counted targets of this rank's micro-batch

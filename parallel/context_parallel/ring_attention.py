@@ -19,7 +19,9 @@ log-sum-exp are O_b = Σ_j e^(s_j − L_b)·v_j and L_b = log Σ_j e^(s_j). Two 
 (substitute O_b: both sides are Σ_j e^(s_j − L)·v_j over the union). Computing L with
 logaddexp and every exponent as a difference ≤ 0 keeps it finite for any scores.
 
-Backward (flash attention's, per block) keeps only O and L, not the probabilities: with
+Each block pair runs the tiled kernel of minitensor/nn/flash_attention.py: in tiles of the
+model's flash attention kernel, or in one tile (the dense computation). Backward (flash
+attention's, per block) keeps only O and L, not the probabilities: with
 P = e^(S − L) recomputed per block and D = rowsum(dO ⊙ O),
 
     dV = Pᵀ·dO,   dS = P ⊙ (dO·Vᵀ − D),   dQ = dS·K / √d,   dK = dSᵀ·Q / √d
@@ -32,6 +34,7 @@ import math
 import numpy as np
 
 from minitensor.autograd import Function
+from minitensor.nn.flash_attention import tiled_backward, tiled_forward
 
 from .layout import causal_relation, unmasked_pairs
 
@@ -54,26 +57,12 @@ class RingShift:
         return self.received
 
 
-def causal_mask(size):
-    """True above the diagonal of a diagonal chunk: keys after the query."""
-    return np.triu(np.ones((size, size), dtype=bool), k=1)
-
-
-def block_scores(q, k, scale, diagonal):
-    s = q @ k.swapaxes(-1, -2)
-    s *= scale
-    if diagonal:
-        np.copyto(s, -np.inf, where=causal_mask(s.shape[-1]))
-    return s
-
-
-def block_attention(q, k, v, scale, diagonal):
-    """(output, log-sum-exp) of queries q against one block of keys k and values v."""
-    s = block_scores(q, k, scale, diagonal)
-    top = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - top)
-    total = p.sum(axis=-1, keepdims=True)
-    return (p / total) @ v, (top + np.log(total))[..., 0]
+def block_attention(q, k, v, scale, diagonal, tiles=None):
+    """(output, log-sum-exp) of queries q against one block of keys k and values v (the
+    diagonal block under the causal mask), by the tiled kernel in tiles (B_r, B_c) of the
+    model's attention kernel; None: the whole block as one tile, the dense computation."""
+    block_q, block_k = tiles or (q.shape[-2], k.shape[-2])
+    return tiled_forward(q, k, v, scale, causal=diagonal, block_q=block_q, block_k=block_k)
 
 
 def merge_partial(out, lse, block_out, block_lse):
@@ -89,13 +78,10 @@ def merge_partial(out, lse, block_out, block_lse):
     # end exercise
 
 
-def block_attention_backward(q, k, v, dout, lse, delta, scale, diagonal):
+def block_attention_backward(q, k, v, dout, lse, delta, scale, diagonal, tiles=None):
     """(dq, dk, dv) of one block, from the final log-sum-exp lse and delta = rowsum(dO ⊙ O)."""
-    p = np.exp(block_scores(q, k, scale, diagonal) - lse[..., None])
-    ds = dout @ v.swapaxes(-1, -2)
-    ds -= delta[..., None]
-    ds *= p
-    return (ds @ k) * scale, (ds.swapaxes(-1, -2) @ q) * scale, p.swapaxes(-1, -2) @ dout
+    block_q, block_k = tiles or (q.shape[-2], k.shape[-2])
+    return tiled_backward(q, k, v, dout, lse, delta, scale, causal=diagonal, block_q=block_q, block_k=block_k)
 
 
 def chunk_pairs(q_chunks, k_chunks, size, causal):
@@ -113,17 +99,17 @@ class RingAttention(Function):
     """softmax(Q Kᵀ/√d [causal]) V for this rank's tokens, K and V gathered around the ring.
 
     q, k, v: (B, heads, T/cp, d), this rank's tokens; context: the ContextParallel (group,
-    layout; it counts the work)."""
+    layout; it counts the work); tiles: (B_r, B_c) of flash attention, or None (each block whole)."""
 
-    def forward(self, q, k, v, context, causal):
-        self.context, self.causal = context, causal
+    def forward(self, q, k, v, context, causal, tiles=None):
+        self.context, self.causal, self.tiles = context, causal, tiles
         group = context.group
         q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
         out, lse = np.zeros_like(q), np.full(q.shape[:-1], -np.inf, dtype=q.dtype)
         for step, (k_block, v_block) in self.ring(group, k, v, FORWARD_TAG):
             for rows, cols, diagonal, n in self.block_pairs(group, step, q):
                 block_out, block_lse = block_attention(q[..., rows, :], k_block[..., cols, :], v_block[..., cols, :],
-                                                       self.scale(q), diagonal)
+                                                       self.scale(q), diagonal, self.tiles)
                 merge_partial(out[..., rows, :], lse[..., rows], block_out, block_lse)
                 context.count_work(q.shape[0] * q.shape[1] * n)
         self.save_for_backward(q, k, v, out, lse)
@@ -139,7 +125,7 @@ class RingAttention(Function):
             for rows, cols, diagonal, _ in self.block_pairs(group, step, q):
                 dq_part, dk_part, dv_part = block_attention_backward(
                     q[..., rows, :], k_block[..., cols, :], v_block[..., cols, :], dout[..., rows, :],
-                    lse[..., rows], delta[..., rows], self.scale(q), diagonal)
+                    lse[..., rows], delta[..., rows], self.scale(q), diagonal, self.tiles)
                 dq[..., rows, :] += dq_part
                 dk[..., cols, :] += dk_part
                 dv[..., cols, :] += dv_part

@@ -3,7 +3,7 @@ parallelism by two all-to-alls around attention instead of a ring.
 
     this rank: q, k, v of its s/cp tokens and all H of its heads          (B, H, s/cp, d)
       ──all-to-all──▶  all s tokens, in sequence order, H/cp of the heads  (B, H/cp, s, d)
-      ──attention as on one device (causal mask and all), on those heads
+      ──attention as on one device (causal mask and all; the model's kernel), on those heads
       ──all-to-all back──▶  its s/cp tokens, all H heads                  (B, H, s/cp, d)
 
 An all-to-all sends piece j of this rank's array to rank j and keeps its own: cp − 1
@@ -21,7 +21,7 @@ it takes them back out.
 import numpy as np
 
 from minitensor.autograd import Function
-from minitensor.nn import functional as F
+from minitensor.nn.attention_kernels import DENSE
 
 from .layout import token_positions
 
@@ -77,12 +77,12 @@ class HeadsToSequence(Function):
         return sequence_to_heads(grad, self.group, self.where)
 
 
-def ulysses_attention(q, k, v, context, causal):
+def ulysses_attention(q, k, v, context, causal, kernel=DENSE):
     """Attention on this rank's (B, H, s/cp, d) q, k, v tensors through two all-to-alls."""
     group, seq = context.group, q.shape[2] * context.group.size
     where = np.concatenate([token_positions(seq, r, group.size, context.layout) for r in range(group.size)])
     q, k, v = (SequenceToHeads.apply(t, group=group, where=where) for t in (q, k, v))
     pairs = seq * (seq + 1) // 2 if causal else seq * seq
     context.count_work(q.shape[0] * q.shape[1] * pairs)
-    out = F.scaled_dot_product_attention(q, k, v, causal=causal)
+    out = kernel(q, k, v, causal=causal)
     return HeadsToSequence.apply(out, group=group, where=where)

@@ -25,6 +25,7 @@ from dataclasses import asdict, replace
 
 from minitensor.flags import AT_LEAST_1, DashValueParser, at_most, bad_flag, parse_checked
 from minitensor.models.bert import BertConfig
+from minitensor.nn.attention_kernels import KERNELS
 
 from . import cluster_cli
 from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
@@ -88,6 +89,8 @@ def build_parser():
                         help="float32, float64, or mixed (16-bit with fp32 master + states); "
                         "fp16/bf16: the precision policy as `python -m parallel.train --precision` keeps it "
                         "(+4 bytes of fp32 master gradient); auto = mixed if the device has 16-bit flops, else float32")
+    parser.add_argument("--attention", choices=KERNELS, default="dense",
+                        help="attention kernel: flash keeps no T×T probabilities (activation memory only)")
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                         help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
     parser.add_argument("--compress", default="none", help="dp gradient compression, as parallel.train's "
@@ -196,7 +199,8 @@ def main(argv=None):
         if args.longest_sequence:
             return print_longest_sequences(config, args, batch, profile, dtype)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
-                      args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps)
+                      args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps,
+                      attention=args.attention)
     except ValueError as error:
         parser.error(str(error))
     if args.simulate:
@@ -278,7 +282,7 @@ def print_longest_sequences(config, args, batch, profile, dtype):
     """The longest sequence that fits without cp and, with --max-cp > 1, with cp up to it."""
     limit = args.mem_per_device or profile["memory_gib"] * 2**30
     found = {max_cp: longest_sequence(config, args.devices, batch, profile, args.mem_per_device, dtype,
-                                      args.schedule, args.allow_inter_node_tp, max_cp)
+                                      args.schedule, args.allow_inter_node_tp, max_cp, attention=args.attention)
              for max_cp in sorted({1, args.max_cp})}  # all found before printing: a ValueError prints nothing
     print(f"longest sequence that fits on {args.devices} × {profile['name']} ({gib(limit)} GiB each), "
           f"global batch {batch}, {dtype}:")

@@ -266,13 +266,14 @@ def memory_lines(config, layout, b, stage, precision, balance):
     count = param_count(config, layout.tp, layout.pp, stage, balance, layout.ep)
     layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
     kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
-                                  layout.recompute, precision.name, layout.cp)
+                                  layout.recompute, precision.name, layout.cp, layout.attention)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     s, h, a, t = config.block_size // layout.cp, config.d_model, config.n_head, layout.tp
     if layout.recompute:
         formula = f"2·s·b·h{'/t' if layout.sequence_parallel else ''} (block input only)"
-    elif layout.cp > 1:  # s is s/cp here; ring attention keeps q, k, v, output, no probabilities
-        formula = "s·b·h·(34 + 8)/t" if layout.sequence_parallel else "s·b·h·(10 + 24/t + 8/t) (s = seq/cp)"
+    elif layout.cp > 1 or layout.attention == "flash":  # ring or flash: q, k, v, output, no probabilities
+        seq = " (s = seq/cp)" if layout.cp > 1 else ""
+        formula = "s·b·h·(34 + 8)/t" if layout.sequence_parallel else f"s·b·h·(10 + 24/t + 8/t){seq}"
     elif layout.sequence_parallel:
         formula = "s·b·h·(34 + 5·a·s/h)/t"
     else:

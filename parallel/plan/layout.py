@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minitensor.amp import POLICIES, PrecisionPolicy, precision_policy
+from minitensor.nn.attention_kernels import KERNELS
 
 from ..mesh import coords_of
 from ..pipeline.registry import SCHEDULES as PIPELINE_SCHEDULES
@@ -82,6 +83,7 @@ class Layout:
     schedule: str = "1f1b"
     cp: int = 1                       # context parallel: the sequence split over cp ranks, ring attention
     ep: int = 1                       # expert parallel (a mixture of experts): splits each dp group, E/ep experts per rank
+    attention: str = "dense"          # the attention kernel: "dense" keeps the probabilities, "flash" only O and L
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batches", "cp", "ep"):
@@ -94,6 +96,8 @@ class Layout:
             raise ValueError(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
+        if self.attention not in KERNELS:
+            raise ValueError(f"Layout.attention={self.attention!r} must be one of {KERNELS}")
 
     @property
     def world_size(self):
@@ -105,7 +109,7 @@ class Layout:
 
     def flags(self):
         names = [("recompute", self.recompute), ("sp", self.sequence_parallel), (f"zero{int(self.zero)}", self.zero),
-                 (self.schedule, self.schedule != "1f1b")]
+                 (self.schedule, self.schedule != "1f1b"), ("flash", self.attention == "flash")]
         return ",".join(name for name, on in names if on) or "-"
 
 

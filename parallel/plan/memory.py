@@ -20,6 +20,10 @@ q, k, v and output instead (8/t at 2 bytes per element). What does NOT divide by
 parameters and their gradients (replicated on every cp rank, as on every dp rank); the
 optimizer states unless ZeRO-1 shards them, over dp·cp ranks. (This is the ring's figure;
 Ulysses keeps the probabilities of its H/cp heads over all s tokens: the cp = 1 figure / cp.)
+
+Flash attention (Layout.attention = "flash", minitensor/nn/flash_attention.py) keeps no
+probabilities at any cp: the 5·a·s/h term becomes the ring's 8 (q, k, v, output). Its L, a·s·b
+numbers per block, is a/h of one s·b·h activation and left out, as the ring's is.
 """
 from .layout import get_precision
 from .model import stage_blocks, unit_param_counts, unit_replica_counts
@@ -79,13 +83,15 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
-                           recompute=False, dtype="float32", cp=1):
-    """Activation bytes one block keeps for one micro-batch until its backward (s/cp tokens under cp)."""
+                           recompute=False, dtype="float32", cp=1, attention="dense"):
+    """Activation bytes one block keeps for one micro-batch until its backward (s/cp tokens under cp;
+    attention "flash": no probabilities, as under the ring)."""
     s, b, h, a = config.block_size // cp, micro_batch_size, config.d_model, config.n_head
     scale = get_precision(dtype).activation_bytes / 2
     if recompute:
         return 2 * s * b * h / (tp if sequence_parallel else 1) * scale
-    attention_scores = 5 * a * s / h if cp == 1 else 8  # ring attention: q, k, v, output; no probabilities
+    keeps_scores = cp == 1 and attention == "dense"
+    attention_scores = 5 * a * s / h if keeps_scores else 8  # ring or flash: q, k, v, output; no probabilities
     if sequence_parallel:
         return s * b * h * (34 + attention_scores) / tp * scale
     return s * b * h * (10 + 24 / tp + attention_scores / tp) * scale
@@ -113,12 +119,12 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     """Peak activation bytes of a rank at pipeline `stage`."""
     layers = len(stage_blocks(config, layout.pp, stage, balance))
     kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
-                                  layout.recompute, dtype, layout.cp)
+                                  layout.recompute, dtype, layout.cp, layout.attention)
     in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     total = layers * kept * in_flight
     if layout.recompute:
         total += block_activation_bytes(config, micro_batch_size, layout.tp,
-                                        layout.sequence_parallel, False, dtype, layout.cp)
+                                        layout.sequence_parallel, False, dtype, layout.cp, layout.attention)
     return total
 
 

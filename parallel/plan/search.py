@@ -76,12 +76,12 @@ def expert_parallel_sizes(config, dp, cp):
     return [ep for ep in divisors(dp) if ep == 1 or (has_experts(config) and config.n_experts % ep == 0 and cp == 1)]
 
 
-def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1):
+def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dense"):
     experts = has_experts(config)
     for ep in expert_parallel_sizes(config, dp, cp):
         for m in divisors(batch // dp):
             for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
-                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep)
+                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention)
 
 
 def search_steps(config, grid_list, batch):
@@ -101,12 +101,15 @@ def check_search_size(steps, searches=1):
 
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
-         schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1):
+         schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1,
+         attention="dense"):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
     `max_cp`: also try context parallelism up to this many ranks; `searches`: how many searches
-    of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together)."""
+    of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together);
+    `attention`: the kernel every layout computes attention with (Layout.attention: flash keeps
+    no probabilities, so its activations hold no s² term; the time model is the same)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
@@ -116,7 +119,7 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
                            result.rejected, max_cp))
     check_search_size(search_steps(config, grid_list, batch), searches)
     for dp, tp, pp, cp in grid_list:
-        for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp):
+        for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
                 continue
@@ -141,7 +144,7 @@ def rank_key(est):
 
 
 def longest_sequence(config, devices, batch, profile, memory_bytes=None, dtype="float32",
-                     schedule="1f1b", allow_inter_node_tp=False, max_cp=1, limit=2**24):
+                     schedule="1f1b", allow_inter_node_tp=False, max_cp=1, limit=2**24, attention="dense"):
     """(s, fastest Estimate at s): the longest sequence s, a multiple of 2·max_cp (so every
     cp up to max_cp can cut it), that some layout fits in memory; (0, None) if none does.
     Memory grows with s, so doubling finds a bracket and bisection its end."""
@@ -151,7 +154,7 @@ def longest_sequence(config, devices, batch, profile, memory_bytes=None, dtype="
     def best(multiple):
         config_s = replace(config, block_size=multiple * step)
         ranked = plan(config_s, devices, batch, profile, memory_bytes, dtype, schedule,
-                      allow_inter_node_tp, max_cp, searches=searches).ranked
+                      allow_inter_node_tp, max_cp, searches=searches, attention=attention).ranked
         return ranked[0] if ranked else None
 
     if best(1) is None:

@@ -45,7 +45,7 @@ class ParallelSelfAttention(TensorParallelModule):
         if context is not None:
             context.check_heads(self.local_heads)
         self.group, self.sequence_parallel, self.context = group, sequence_parallel, context
-        self.causal, self.dropout = dense.causal, dense.dropout
+        self.causal, self.dropout, self.kernel = dense.causal, dense.dropout, dense.kernel
         self.rng = rng if rng is not None else TensorParallelRNG(0, group.rank)
         # Rows h·d .. (h+1)·d of q, k, v belong to head h, so an equal split by rows is a split by whole heads.
         self.q, self.k, self.v = (ColumnParallelLinear(lin, group, sequence_parallel=sequence_parallel)
@@ -57,10 +57,10 @@ class ParallelSelfAttention(TensorParallelModule):
         h = enter_column_parallel(x, self.group, self.sequence_parallel)  # once for q, k and v
         q, k, v = self.q.local(h), self.k.local(h), self.v.local(h)
         if self.context is not None:  # this rank's tokens attend to every cp rank's
-            y = self.context.attend(q, k, v, self.local_heads, self.causal)
+            y = self.context.attend(q, k, v, self.local_heads, self.causal, self.kernel)
         else:
             with self.rng.fork_sharded():  # the attention probabilities of this rank's own heads
-                y = attend(q, k, v, self.local_heads, self.causal, self.dropout, self.training)
+                y = attend(q, k, v, self.local_heads, self.causal, self.dropout, self.training, self.kernel)
         return self.resid_drop(self.proj(y))
 
 

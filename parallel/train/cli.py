@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from minitensor.flags import DashValueParser
+from minitensor.nn.attention_kernels import KERNELS
 
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
@@ -31,6 +32,7 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 4 --tp 2 --pp 2 --check  # compare with one device (float64)
   python -m parallel.train --model bert --threads 4 --tp 2 --pp 2 --check   # BERT, the same layers
   python -m parallel.train --threads 4 --cp 2 --tp 2 --check   # context parallel: ring attention
+  python -m parallel.train --threads 4 --cp 2 --tp 2 --attention flash --check  # tiled attention in the ring
   python -m parallel.train --threads 4 --dp 4 --ep 2 --experts 4 --top-k 2 --check  # mixture of experts
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
@@ -64,6 +66,11 @@ def build_parser():
     model.add_argument("--n-head", type=int, help="attention heads (divisible by --tp)")
     model.add_argument("--d-model", type=int, help="hidden size (divisible by --n-head)")
     model.add_argument("--block-size", type=int, help="context length (--data only; addition: 3·digits + 2)")
+    model.add_argument("--attention", choices=KERNELS, default="dense",
+                       help="attention kernel: dense (MatMul, Softmax, MatMul: keeps the T×T probabilities) or flash "
+                            "(tiled, keeps O and L only; --check compares it with the dense one-device model)")
+    model.add_argument("--attention-block", type=int, metavar="N",
+                       help="flash attention's tile: N queries × N keys (default 64; any N ≥ 1)")
     model.add_argument("--digits", type=int, help="addition task: digits per operand")
     model.add_argument("--data", metavar="FILE.txt", help="train char-level on this text instead of addition")
     train = p.add_argument_group("training")
@@ -157,6 +164,8 @@ def fill_defaults(args):
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     args.dtype = args.dtype or "float32"
+    if args.attention == "flash" and args.attention_block is None:
+        args.attention_block = 64
     if args.experts > 0 and args.top_k is None:
         args.top_k = min(2, args.experts)
     if args.precision not in ("fp16", "bf16"):

@@ -12,7 +12,7 @@ from ..data_parallel.comm_hooks import make_hook
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
-                            "moe_every"), AT_LEAST_1),
+                            "moe_every", "attention_block"), AT_LEAST_1),
           "experts": AT_LEAST_0, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
           "z_loss_coef": NON_NEGATIVE,
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
@@ -81,6 +81,8 @@ def check_args(args, world_size):
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:
         raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
+    if args.attention_block is not None and args.attention != "flash":
+        raise ValueError(f"--attention-block {args.attention_block} sets flash attention's tiles; add --attention flash")
     check_communication_args(args)
     check_expert_args(args)
     if args.save_every and not args.save:
@@ -128,6 +130,7 @@ def check_parameter_server_args(args, compress):
     flag = f"--async-staleness {args.async_staleness}"
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
+              "--attention flash" if args.attention == "flash" else None,
               f"--zero {args.zero}" if args.zero > 1 else None,
               f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,

@@ -11,7 +11,8 @@ import numpy as np
 import minitensor as mt
 from minitensor.data.masked_addition import SEP
 from minitensor.models.bert import BERT, BertConfig
-from minitensor.models.gpt import GPT, GPTConfig
+from minitensor.models.gpt import GPT, GPTConfig, use_attention
+from minitensor.nn.attention_kernels import attention_kernel
 
 from ..comm.link import parse_link, with_link
 from ..data_parallel.comm_hooks import make_hook
@@ -47,6 +48,7 @@ def build(args, task, group):
     config = model_config(args, task)
     mt.manual_seed(args.seed)
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
+    use_attention(gpt, attention_kernel(args.attention, args.attention_block))  # --check's reference: dense
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group, ep=args.ep),
                       microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,

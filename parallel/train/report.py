@@ -42,7 +42,9 @@ def startup_summary(args, model, group):
                                       (f"compression {args.compress}", args.compress != "none"),
                                       (f"local SGD every {args.local_steps} steps", args.local_steps),
                                       (f"{args.experts} experts (top-{args.top_k}) over ep={args.ep}",
-                                       getattr(args, "experts", 0))) if on]
+                                       getattr(args, "experts", 0)),
+                                      (f"flash attention in {args.attention_block}×{args.attention_block} tiles",
+                                       getattr(args, "attention", "dense") == "flash")) if on]
     task = (f"char-level text {args.data}" if args.data else f"addition of {args.digits}-digit numbers"
             + (", masked digits (MLM)" if args.model == "bert" else ""))
     lines = [

@@ -130,3 +130,17 @@ def test_time_steps_alternates_the_partner_step_by_step(monkeypatch):
         rounds=1)
     assert "".join(calls) == "enneennetttt"
     assert [len(r) for r in (times[0], partner[0], other[0])] == [4, 4, 4]
+
+
+def test_the_attention_bench_prints_both_kernels_saved_bytes_and_runs_flash_past_the_budget(capsys, ticking_clock):
+    """On the fake clock: a row per length with both kernels' saved bytes (the engine's count), and at
+    --beyond the dense probabilities (4 heads × 1024² × 4 B = 16 MiB) over the 1 MiB budget: flash alone runs."""
+    bench.main(["--attention", "--lengths", "64", "--steps", "4", "--warmup", "0", "--heads", "4", "--head-size", "8",
+                "--block", "16", "--beyond", "1024", "--budget", "1"])
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["64"])
+    dense_mib, flash_mib = float(row[-2]), float(row[-1])
+    assert dense_mib == pytest.approx((4 * 64 * 64 + 3 * 4 * 64 * 8) * 4 / 2**20, abs=0.05)
+    assert flash_mib == pytest.approx((4 * 4 * 64 * 8 + 4 * 64) * 4 / 2**20, abs=0.05)
+    assert "at T = 1024 the dense kernel's probabilities alone take 16 MiB > the budget (not run)" in out
+    assert "flash at T = 1024: saves 0.5 MiB (within the budget)" in out

@@ -121,3 +121,12 @@ TESTS.update({
     "20.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
              f"{MOE}::test_the_layer_equals_its_definition_token_by_token[None-True]"],
 })
+
+# --- chapter 21: flash attention ---
+FLASH = "tests/minitensor/test_flash_attention.py"
+_FLASH_TILES = f"{FLASH}::test_several_key_tiles_per_row_are_needed_and_merged"
+_FLASH_EQUAL = f"{FLASH}::test_flash_attention_equals_the_dense_attention_output_lse_and_every_gradient"
+TESTS.update({
+    "21.1": [_FLASH_TILES, _FLASH_EQUAL],
+    "21.2": [_FLASH_TILES, _FLASH_EQUAL],
+})

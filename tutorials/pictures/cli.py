@@ -4,11 +4,11 @@ import io
 import time
 from pathlib import Path
 
-from . import communication, experts, foundations, layouts, pipelines, search, staleness
+from . import communication, experts, flash, foundations, layouts, pipelines, search, staleness
 from .draw import DPI, TUTORIALS
 
 PICTURES = [*foundations.PICTURES, *layouts.PICTURES, *pipelines.PICTURES, *communication.PICTURES,
-            *staleness.PICTURES, *search.PICTURES, *experts.PICTURES]
+            *staleness.PICTURES, *search.PICTURES, *experts.PICTURES, *flash.PICTURES]
 PICTURES.sort(key=lambda p: p.chapter)  # stable: a chapter's pictures keep their order
 
 
@@ -51,7 +51,7 @@ def main(argv=None):
                                      description="The chapters' pictures, drawn from the numbers their scripts print.")
     parser.add_argument("names", nargs="*", help="pictures to make (default: all; --list names them)")
     parser.add_argument("--chapter", nargs="+", default=[], metavar="NN",
-                        help="only the pictures of these chapters (01 ... 20)")
+                        help="only the pictures of these chapters (01 ... 21)")
     parser.add_argument("--out", type=Path, default=TUTORIALS,
                         help="write OUT/<chapter>/pictures/<name>.png (default: the tutorials folder)")
     parser.add_argument("--text", action="store_true", help="print the text form instead of drawing")

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from helpers import assert_close
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import context_parallel_layouts, seeds
 
 from minitensor.models.gpt import GPTConfig
+from minitensor.nn.attention_kernels import FlashAttention
 from parallel import HybridGPT, Mesh, run_threads
 from parallel.checkpoint import load_checkpoint, save_checkpoint
 from parallel.context_parallel import attention_work, ring_elements
@@ -142,3 +144,13 @@ def test_ignored_targets_still_give_the_mean_over_every_counted_token(cp_layout)
     reference = run_single(config, 3, batches, 1)
     for history in histories:
         check_against_single(history, reference)
+
+
+@settings(max_examples=6)  # each example trains up to 8 threads for 3 steps
+@given(drawn=context_parallel_layouts(), seed=seeds, block=st.integers(1, 5))
+def test_flash_attention_in_any_4d_layout_equals_the_dense_one_device_model(drawn, seed, block):
+    """The tiled kernel on the rank's heads (tp), its stage's blocks (pp), each ring block pair or
+    Ulysses' heads (cp), in tiles that rarely divide a chunk: loss, gradients and AdamW steps
+    equal the dense attention on one device."""
+    layout = dict(drawn["layout"], attention=FlashAttention(block, block + 1))
+    check_layout(layout, GPTConfig(**drawn["config"]), drawn["micro_batch"], drawn["seq"], seed)

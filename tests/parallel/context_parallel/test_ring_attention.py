@@ -4,6 +4,7 @@ formulas (layout.attention_work, layout.ring_elements)."""
 import numpy as np
 from helpers import assert_close
 from hypothesis import given
+from hypothesis import strategies as st
 from strategies import ring_attention_cases, seeds
 
 import parallel
@@ -21,25 +22,27 @@ def full_attention(q, k, v, dout, causal):
     return out.data, q.grad, k.grad, v.grad
 
 
-def run_ring(q, k, v, dout, cp, layout, causal):
-    """Every rank's (positions, output, dq, dk, dv, counted work, counted sends) of its tokens."""
+def run_ring(q, k, v, dout, cp, layout, causal, tiles=None):
+    """Every rank's (positions, output, dq, dk, dv, counted work, counted sends) of its tokens;
+    tiles: flash attention's (B_r, B_c) for each block pair, None: each pair whole."""
     def rank_fn():
         context = ContextParallel(parallel.world(), layout)
         mine = context.indices(q.shape[2])
         local = [Tensor(np.ascontiguousarray(a[:, :, mine]), requires_grad=True) for a in (q, k, v)]
-        out = RingAttention.apply(*local, context=context, causal=causal)
+        out = RingAttention.apply(*local, context=context, causal=causal, tiles=tiles)
         out.backward(np.ascontiguousarray(dout[:, :, mine]))
         return mine, out.data, *(t.grad for t in local), context.work, parallel.world().stats().get("send")
     return parallel.run_threads(cp, rank_fn, timeout=60)
 
 
-@given(case=ring_attention_cases(), seed=seeds)
-def test_each_rank_holds_its_slice_of_full_attention_and_its_gradients(case, seed):
+@given(case=ring_attention_cases(), seed=seeds, tiles=st.none() | st.tuples(st.integers(1, 4), st.integers(1, 4)))
+def test_each_rank_holds_its_slice_of_full_attention_and_its_gradients(case, seed, tiles):
+    """Each block pair whole (dense) or in flash attention's tiles, merged by L: the same."""
     rng = np.random.default_rng(seed)
     q, k, v, dout = (rng.standard_normal(case["shape"]) for _ in range(4))
     reference = full_attention(q, k, v, dout, case["causal"])
     covered = []
-    for mine, *arrays, _, _ in run_ring(q, k, v, dout, case["cp"], case["layout"], case["causal"]):
+    for mine, *arrays, _, _ in run_ring(q, k, v, dout, case["cp"], case["layout"], case["causal"], tiles):
         for name, got, full in zip(("output", "dq", "dk", "dv"), arrays, reference):
             assert_close(got, full[:, :, mine], f"{name} of positions {mine}")
         covered += list(mine)

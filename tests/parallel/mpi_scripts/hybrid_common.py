@@ -13,7 +13,8 @@ import numpy as np
 import minitensor as mt
 from minitensor.data.mlm import mask_tokens
 from minitensor.models.bert import BERT, BertConfig
-from minitensor.models.gpt import GPT, GPTConfig
+from minitensor.models.gpt import GPT, GPTConfig, use_attention
+from minitensor.nn.attention_kernels import DENSE
 from minitensor.optim import AdamW
 from parallel import HybridGPT, Mesh
 
@@ -59,10 +60,10 @@ def run_single(config, seed, batches, accumulate):
 def run_hybrid(layout, config, seed, batches, accumulate):
     """The same steps on this rank's part of the 3D (4D) model; the layout is a dict of
     dp, tp, pp, microbatches, schedule, chunks, sequence_parallel, recompute_activations, zero
-    (and optionally cp, cp_layout)."""
+    (and optionally cp, cp_layout, and `attention`: the kernel the model computes attention with)."""
     layout = dict(layout)
     mesh = Mesh(layout.pop("dp"), layout.pop("tp"), layout.pop("pp"), layout.pop("cp", 1))
-    model = HybridGPT(make_model(config, seed), mesh, **layout)
+    model = HybridGPT(use_attention(make_model(config, seed), layout.pop("attention", DENSE)), mesh, **layout)
     model.configure_optimizer(lr=LR, weight_decay=WEIGHT_DECAY)
     history = []
     for start in range(0, len(batches), accumulate):

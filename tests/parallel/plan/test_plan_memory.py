@@ -184,3 +184,37 @@ def test_zero_3_under_a_16_bit_policy_holds_2_plus_4_plus_12_bytes_over_the_repl
     stage2 = param_bytes_per_rank(config, replicas, 1, 1, dtype="fp16", zero=2)
     assert stage3 == {"params": 2 * chunks, "grads": 4 * chunks, "optim": 12 * chunks}
     assert stage2 == dict(stage3, params=2 * GPT(config).num_parameters())
+
+
+# --- issue 48: flash attention keeps no probabilities -------------------------------
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (2, False), (2, True)])
+def test_flash_attention_drops_the_scores_term_and_grows_linearly_with_the_sequence(tp, sp):
+    """Dense: the 5·a·s/h term (the T × T probabilities); flash: q, k, v, output only (the
+    ring's 8), so a block's activations double, no more, when the sequence doubles."""
+    short, long = (GPTConfig(vocab_size=64, block_size=s, n_layer=2, n_head=4, d_model=32) for s in (256, 512))
+    b, (s, h, a) = 2, (256, 32, 4)
+    flash = [block_activation_bytes(c, b, tp, sp, attention="flash") for c in (short, long)]
+    dense = [block_activation_bytes(c, b, tp, sp) for c in (short, long)]
+    assert flash[1] == 2 * flash[0] and dense[1] > 2 * dense[0]
+    assert dense[0] - flash[0] == pytest.approx(s * b * h * (5 * a * s / h - 8) / tp * 2)  # float32: 4/2
+    assert block_activation_bytes(short, b, tp, sp, cp=2, attention="flash") == block_activation_bytes(
+        short, b, tp, sp, cp=2)  # under the ring the probabilities were never kept
+
+
+def test_a_flash_layout_needs_less_activation_memory_and_says_so():
+    flash, dense = Layout(tp=2, attention="flash"), Layout(tp=2)
+    assert memory_per_rank(SMALL, flash, 8)["activations"] < memory_per_rank(SMALL, dense, 8)["activations"]
+    assert flash.flags() == "flash" and dense.flags() == "-"
+    with pytest.raises(ValueError, match=r"Layout.attention='sparse' must be one of \('dense', 'flash'\)"):
+        Layout(attention="sparse")
+
+
+def test_the_planner_fits_a_longer_sequence_with_flash_attention():
+    """`python -m parallel.plan --longest-sequence --attention flash`: with no s² term the longest
+    sequence that fits grows, and every layout the search returns carries the kernel."""
+    from parallel.plan.search import longest_sequence
+    dense, flash = (longest_sequence(get_config("small"), 2, 2, "laptop-cpu", 2**28, attention=kernel)
+                    for kernel in ("dense", "flash"))
+    assert flash[0] > 2 * dense[0] > 0
+    assert flash[1].layout.attention == "flash" and dense[1].layout.attention == "dense"
