@@ -13,6 +13,9 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
     comm_hook, outer             per-rank states a checkpoint keeps (None when unused): the dp gradient
                                  compressor (parallel.data_parallel.comm_hooks) and local SGD's outer
                                  optimizer (parallel.data_parallel.local_sgd)
+    step_updates                 [(single-device module name, state)]: what moves after each optimizer
+                                 step outside the gradient (Module.step_updates: a mixture of
+                                 experts' loss-free balancing bias); checkpoints keep their state_dicts
     named_master_parameters()    the parameters the optimizer steps, by name (float32 masters under
                                  a mixed precision policy; else the parameters); checkpoints hold these
     master_parameters_changed()  a loader wrote the masters: refresh the compute copies
@@ -35,6 +38,7 @@ from minitensor.models.gpt import GPT
 
 class ParallelModel(ABC):
     config = mesh = optimizer = amp = comm_hook = outer = None
+    step_updates = ()
     dense_class = GPT
 
     @abstractmethod
