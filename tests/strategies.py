@@ -239,3 +239,18 @@ def shapes_and_dim(draw, min_dims=1):
     maybe negative."""
     shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
     return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+# --- minitensor.nn.moe: DeepSeek-style routing (issue 45) -----------------------------
+
+
+@st.composite
+def deepseek_routings(draw):
+    """Settings of one MoE layer's routing: E experts, k, score, shared experts, expert width,
+    a float32 bias (0 or drawn), and whether two experts' router rows are equal (a tie)."""
+    experts = draw(st.integers(2, 6))
+    score = draw(st.sampled_from(["softmax", "sigmoid"]))
+    k = draw(st.integers(2 if score == "sigmoid" else 1, experts))
+    bias = draw(st.one_of(st.just(None), hnp.arrays(np.float32, experts, elements=st.floats(-0.5, 0.5, width=32))))
+    return dict(experts=experts, k=k, score=score, shared=draw(st.integers(0, 2)), width=draw(st.integers(1, 5)),
+                renormalize=draw(st.booleans()) or score == "sigmoid", bias=bias, tie=draw(st.booleans()),
+                tokens=draw(st.integers(1, 4)), seed=draw(seeds))
