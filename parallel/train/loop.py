@@ -98,7 +98,9 @@ def train(args):
         losses.append(loss)
         done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
-            say(group, report.progress_line(step, args.steps, loss, tokens * done, time.perf_counter() - start, done))
+            moe = report.step_state_text(model, group) if args.experts else ""
+            say(group, report.progress_line(step, args.steps, loss, tokens * done, time.perf_counter() - start, done)
+                + moe)
         if args.eval_every and step % args.eval_every == 0 and step != args.steps:
             _, metric = evaluation(model, task, group)
             say(group, metric and f"step {step}: {metric[0]}: {metric[1]:.4f}")

@@ -100,6 +100,18 @@ def test_a_checkpoint_reshards_to_another_ep_and_to_one_device(tmp_path):
         assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
 
 
+def test_the_loss_free_bias_and_maxvio_are_saved_and_reshard(tmp_path):
+    flags = TINY + ["--experts", "4", "--top-k", "2", "--dtype", "float64", "--steps", "5", *DEEPSEEK]
+    straight = main(flags + ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
+                             "--save", str(tmp_path / "a"), "--save-every", "3"])["losses"]
+    states = json.loads((tmp_path / "a" / "step_000003" / "manifest.json").read_text())["step_states"]
+    assert set(states) == {"blocks.0.mlp", "blocks.1.mlp"} and all(s["max_violation"] >= 0 for s in states.values())
+    assert any(max(map(abs, s["expert_bias"])) > 0 for s in states.values())
+    for layout in (["--threads", "2", "--tp", "2"], []):
+        resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000003")])["losses"]
+        assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
+
+
 def test_the_trace_of_a_pipelined_mixture_of_experts_holds_every_rank(tmp_path):
     trace = tmp_path / "trace.json"
     main(TINY + ["--experts", "4", "--steps", "2", "--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2",
