@@ -216,9 +216,13 @@ class MoE(Module):
         n, k = flat.shape[0], self.top_k
         logits = self.router(flat)
         scores = SCORES[self.router_score](logits)
-        experts = top_k(scores.data + self.bias.value, k)  # the bias picks, the gate below ignores it
+        # exercise 20.4: the bias picks the experts, the gate ignores it
+        # hint: top_k of the scores' values plus self.bias.value; count them (self.bias.count);
+        # hint: the weights: the chosen experts' scores themselves (gather_rows of the flat scores Tensor).
+        experts = top_k(scores.data + self.bias.value, k)
         self.bias.count(experts)
         weight = gather_rows(scores.reshape(-1), (np.arange(n)[:, None] * self.n_experts + experts).reshape(-1))
+        # end exercise
         if self.normalize:
             weight = weight.reshape(n, k)
             weight = (weight / weight.sum(axis=-1, keepdims=True)).reshape(-1)

@@ -29,15 +29,6 @@ def max_violation(load):
     return float((load.max() - mean) / mean) if mean else float("nan")
 
 
-def bias_step(bias, load, rate):
-    """bias + γ·sign(mean load − load), in the bias's float32."""
-    # exercise 20.3: the loss-free balancing update
-    # hint: an expert above the mean load gets its bias lowered by the rate, below it raised, at it unchanged;
-    # hint: compute in float32 (np.float32(rate), np.sign of the float64 difference cast to float32).
-    return bias + np.float32(rate) * np.sign(load.mean() - load).astype(np.float32)
-    # end exercise
-
-
 class ExpertBias:
     """One MoE layer's routing bias (`value`, float32 (E,)) and the loads it balances. `rate`
     γ = 0 keeps the bias 0 (the loads and MaxVio are still measured). `replicas`: the group
@@ -58,8 +49,13 @@ class ExpertBias:
 
     def after_step(self):
         """Sum the loads over the replicas, move the bias, start counting afresh (every rank alike)."""
+        # exercise 20.3: the loss-free balancing update
+        # hint: load: the loads of every rank that routes tokens, self.load summed over self.replicas
+        # hint: (all_reduce; None on one device); then in float32, an expert above the mean load gets
+        # hint: its bias lowered by the rate, below it raised, at it unchanged (np.sign).
         load = self.load if self.replicas is None else self.replicas.all_reduce(self.load)
-        self.value[...] = bias_step(self.value, load, self.rate)
+        self.value[...] = self.value + np.float32(self.rate) * np.sign(load.mean() - load).astype(np.float32)
+        # end exercise
         self.max_violation = max_violation(load)
         self.load[...] = 0
 

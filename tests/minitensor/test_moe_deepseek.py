@@ -12,7 +12,7 @@ from strategies import deepseek_routings
 import minitensor as mt
 from minitensor.gradcheck import gradcheck
 from minitensor.nn.moe import MoE
-from minitensor.nn.moe_balance import ExpertBias, bias_step, max_violation
+from minitensor.nn.moe_balance import ExpertBias, max_violation
 from minitensor.recompute import recompute
 
 D = 4
@@ -87,9 +87,19 @@ def test_a_top_1_gate_is_the_probability_so_the_router_learns_from_the_task():
     assert np.abs(layer.router.weight.grad).max() > 1e-3
 
 
-def test_the_bias_update_moves_against_the_summed_load_in_float32():
-    assert bias_step(np.zeros(4, np.float32), np.array([3, 1, 2, 6]), 0.125).tolist() == [0.0, 0.125, 0.125, -0.125]
-    assert bias_step(np.ones(2, np.float32), np.array([5, 5]), 0.5).dtype == np.float32
+def bias_after(load, rate, start=0.0):
+    bias = ExpertBias(len(load), rate)
+    bias.value[...], bias.load[...] = start, load
+    bias.after_step()
+    return bias
+
+
+def test_the_bias_update_moves_against_the_load_in_float32():
+    bias = bias_after([3, 1, 2, 6], 0.125)  # mean 3: at it, below, below, above
+    assert bias.value.tolist() == [0.0, 0.125, 0.125, -0.125] and bias.max_violation == 1.0
+    assert bias.value.dtype == np.float32 and bias.load.tolist() == [0, 0, 0, 0]
+    assert bias_after([5, 5], 0.1, 0.3).value.tobytes() == np.float32([0.3, 0.3]).tobytes()
+    assert bias_after([1, 3], 0.1, 0.3).value.tobytes() == (np.float32(0.3) + np.float32([0.1, -0.1])).tobytes()
     assert max_violation(np.array([3, 1, 2, 6])) == 1.0 and max_violation(np.array([2, 2])) == 0.0
     with pytest.raises(ValueError, match="expert_bias_rate=-0.1"):
         ExpertBias(4, -0.1)

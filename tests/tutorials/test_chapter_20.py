@@ -1,6 +1,8 @@
 """Chapter 20, mixture of experts: the balancing loss evens the experts' load, and the
 dispatch all-to-all moves every routed row once, most of them across ranks."""
 
+import re
+
 from chapter_runner import run_script
 
 
@@ -12,3 +14,10 @@ def test_routing_balances_with_the_aux_loss_and_the_dispatch_grid_adds_up():
     total, diagonal = sum(map(sum, grid)), sum(grid[i][i] for i in range(4))
     assert total == 4 * 8 * 8  # 4 ranks × 8 sequences × 8 tokens, top-1: one row each
     assert f"rows that cross ranks: {total - diagonal} of {total}" in out
+
+
+def test_balance_compares_the_aux_loss_with_loss_free_balancing():
+    out = run_script("tutorials/20_mixture_of_experts/balance.py", "--steps", "20")
+    runs = dict(re.findall(r"^(.+?)\s+MaxVio (\S+) ", out, re.MULTILINE))
+    assert set(runs) == {"no balancing", "aux loss α=0.01", "loss-free γ=0.01", "loss-free γ=0.03", "random router"}
+    assert 0 < float(runs["random router"]) < min(float(v) for k, v in runs.items() if k != "random router")

@@ -47,7 +47,32 @@ def draw_dispatch(plt, grid):
     return fig
 
 
+def balance(quick):
+    """Tokens per expert of the first MoE layer, each step, balanced by the auxiliary loss and loss-free."""
+    script, task = load_script("20_mixture_of_experts/balance.py"), AdditionTask(digits=2, seed=0)
+    steps = 30 if quick else 150
+    data = {name: script.train(task, steps, **script.RUNS[name])[0][:, 0] for name in ("aux loss α=0.01",
+                                                                                      "loss-free γ=0.01")}
+    text = "\n".join(f"{name}: tokens per expert, every {steps // 5} steps: "
+                     + " | ".join(" ".join(f"{n:3d}" for n in loads[s]) for s in range(0, steps, steps // 5))
+                     for name, loads in data.items())
+    return data, text
+
+
+def draw_balance(plt, data):
+    fig, axes = plt.subplots(1, len(data), figsize=(9, 3), sharey=True)
+    for ax, (name, loads) in zip(axes, data.items()):
+        ax.stackplot(np.arange(1, len(loads) + 1), loads.T / loads.sum(axis=1), labels=[str(e) for e in range(8)])
+        ax.set(xlabel="step", title=name, ylim=(0, 1), yticks=np.arange(0, 1.01, 1 / 8))  # balanced: bands 1/8 wide
+        ax.grid(axis="y", color="k", lw=0.3)
+    axes[0].set_ylabel("share of assignments, layer 0")
+    axes[-1].legend(title="expert", fontsize=6, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    return fig
+
+
 PICTURES = [
     Picture("tokens_per_expert", "20_mixture_of_experts", loads, draw_loads),
     Picture("all_to_all_grid", "20_mixture_of_experts", dispatch, draw_dispatch),
+    Picture("load_over_steps", "20_mixture_of_experts", balance, draw_balance),
 ]
