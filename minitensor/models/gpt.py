@@ -19,6 +19,7 @@ from minitensor import nn
 from minitensor.autograd import no_grad
 from minitensor.nn import functional as F
 from minitensor.nn.moe import MoE, check_routing
+from minitensor.nn.moe_device_limit import check_device_limit
 from minitensor.random import default_generator
 from minitensor.tensor import DEFAULT_FLOAT, Tensor
 
@@ -45,6 +46,8 @@ class GPTConfig:
     shared_experts: int = 0        # experts every token runs beside its routed ones (DeepSeekMoE)
     router_score: str = "softmax"  # or "sigmoid" (DeepSeek-V3): the gates normalised over the chosen
     expert_bias_rate: float = 0.0  # γ of auxiliary-loss-free balancing (0: no bias)
+    expert_groups: int = 1         # G groups of E/G experts (ep's ranks) for device-limited routing
+    max_groups_per_token: int = None  # M: a token's experts in at most M groups (None: G, no limit)
     name = "GPT"  # (a class attribute, not a field) for messages
 
     def __post_init__(self):
@@ -75,6 +78,7 @@ class GPTConfig:
         if not isinstance(self.shared_experts, (int, np.integer)) or self.shared_experts < 0:
             raise ValueError(f"GPTConfig: shared_experts must be a non-negative integer, got {self.shared_experts!r}")
         check_routing(self.n_experts, self.top_k, self.renormalize, self.router_score)
+        check_device_limit(self.n_experts, self.top_k, self.expert_groups, self.max_groups_per_token or self.expert_groups)
         if not self.expert_bias_rate >= 0:
             raise ValueError(f"GPTConfig: expert_bias_rate={self.expert_bias_rate} must be ≥ 0")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
@@ -162,7 +166,8 @@ def moe_of(config, dtype):
     return MoE(config.d_model, config.expert_width, config.n_experts, config.top_k, config.renormalize,
                config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype,
                shared_experts=config.shared_experts, router_score=config.router_score,
-               expert_bias_rate=config.expert_bias_rate)
+               expert_bias_rate=config.expert_bias_rate, expert_groups=config.expert_groups,
+               max_groups_per_token=config.max_groups_per_token)
 
 
 def moe_loss(blocks, dtype=None):

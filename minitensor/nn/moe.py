@@ -5,7 +5,8 @@ block's MLP (Switch Transformer, GShard, Mixtral).
       ─▶ router    logits = x·Wᵣᵀ (N, E), scores s = softmax(logits), or sigmoid(logits)
                    (`router_score`, DeepSeek-V3 eq. 15)
       ─▶ top-k     the k experts of largest s + b per token (b: the loss-free balancing bias,
-                   moe_balance.py; 0 unless its rate γ > 0); gate g = s of each (never s + b),
+                   moe_balance.py; 0 unless its rate γ > 0), on at most M of the G expert
+                   groups when device-limited (moe_device_limit.py); gate g = s of each (never s + b),
                    divided by their sum when `renormalize` (Mixtral; sigmoid scores always,
                    eq. 13) or as they are (Switch). For k = 1 the gate stays s (Switch):
                    s/s = 1 would leave the router no gradient from the task loss
@@ -51,6 +52,7 @@ from minitensor.nn import functional as F
 from minitensor.nn.layers import Dropout, Linear
 from minitensor.nn.module import Module, ModuleList
 from minitensor.nn.moe_balance import ExpertBias
+from minitensor.nn.moe_device_limit import check_device_limit, limit_to_groups
 from minitensor.nn.moe_ops import gather_rows, scatter_add_rows
 from minitensor.shape_ops import concat
 from minitensor.tensor import DEFAULT_FLOAT
@@ -174,15 +176,20 @@ class MoE(Module):
     """E experts of hidden width d_ff and a router (see the module docstring); `dispatcher` takes
     the rows to the experts and back (default: LocalDispatcher, every expert here);
     `shared_experts` experts every token runs; `router_score` "softmax" or "sigmoid";
-    `expert_bias_rate` γ of loss-free balancing (0: no bias). After each forward: `aux_loss`
-    (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on) and
-    `dropped` (assignments over capacity)."""
+    `expert_bias_rate` γ of loss-free balancing (0: no bias); `expert_groups` G and
+    `max_groups_per_token` M: device-limited routing (moe_device_limit.py; default M = G, no
+    limit). After each forward: `aux_loss`
+    (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on),
+    `dropped` (assignments over capacity) and `chosen` (N, k): each token's experts."""
 
     def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
                  aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT, dispatcher=None,
-                 shared_experts=0, router_score="softmax", expert_bias_rate=0.0):
+                 shared_experts=0, router_score="softmax", expert_bias_rate=0.0, expert_groups=1,
+                 max_groups_per_token=None):
         super().__init__()
         check_routing(n_experts, top_k, renormalize, router_score)
+        self.groups, self.max_groups = expert_groups, max_groups_per_token or expert_groups
+        check_device_limit(n_experts, top_k, self.groups, self.max_groups)
         self.n_experts, self.top_k, self.router_score = n_experts, top_k, router_score
         self.normalize = router_score == "sigmoid" or (renormalize and top_k > 1)
         self.capacity_factor, self.aux_loss_coef, self.z_loss_coef = capacity_factor, aux_loss_coef, z_loss_coef
@@ -193,7 +200,7 @@ class MoE(Module):
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
         self.bias = ExpertBias(n_experts, expert_bias_rate)
         self.sequence_split = None  # context parallelism's cp group: each sequence's tokens on its ranks
-        self.aux_loss = self.load = self.dropped = None
+        self.aux_loss = self.load = self.dropped = self.chosen = None
 
     def forward(self, x):
         b, t, c = x.shape
@@ -217,9 +224,10 @@ class MoE(Module):
         logits = self.router(flat)
         scores = SCORES[self.router_score](logits)
         # exercise 20.4: the bias picks the experts, the gate ignores it
-        # hint: top_k of the scores' values plus self.bias.value; count them (self.bias.count);
-        # hint: the weights: the chosen experts' scores themselves (gather_rows of the flat scores Tensor).
-        experts = top_k(scores.data + self.bias.value, k)
+        # hint: top_k of the scores' values plus self.bias.value, limited to the token's groups (limit_to_groups);
+        # hint: count them (self.bias.count); the weights: the chosen experts' scores themselves (gather_rows
+        # hint: of the flat scores Tensor).
+        experts = top_k(limit_to_groups(scores.data + self.bias.value, k, self.groups, self.max_groups), k)
         self.bias.count(experts)
         weight = gather_rows(scores.reshape(-1), (np.arange(n)[:, None] * self.n_experts + experts).reshape(-1))
         # end exercise
@@ -233,7 +241,7 @@ class MoE(Module):
         affinity = scores if self.router_score == "softmax" else scores / scores.sum(axis=-1, keepdims=True)
         self.aux_loss = (balancing_loss(affinity, experts, groups, self.aux_loss_coef, self.sequence_split)
                          + z_loss(logits, self.z_loss_coef))
-        self.load, self.dropped = counts, int(n * k - kept.sum())
+        self.load, self.dropped, self.chosen = counts, int(n * k - kept.sum()), experts
         return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
 
 

@@ -111,6 +111,8 @@ def build_parser():
                      "its routed ones (default 0)")
     moe.add_argument("--router-score", choices=("softmax", "sigmoid"), default="softmax",
                      help="router scores; sigmoid gates are normalised over the chosen experts (needs --top-k ≥ 2)")
+    moe.add_argument("--max-ranks-per-token", type=int, metavar="M", help="device-limited routing: a token's "
+                     "experts on at most M of the --ep ranks, chosen by their best scores' sum (default: no limit)")
     moe.add_argument("--expert-bias-rate", type=float, default=0.0, metavar="G", help="loss-free balancing: γ of "
                      "b += γ·sign(mean load − load) after each step (default 0: off)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")

@@ -11,8 +11,9 @@ from strategies import deepseek_routings
 
 import minitensor as mt
 from minitensor.gradcheck import gradcheck
-from minitensor.nn.moe import MoE
+from minitensor.nn.moe import MoE, top_k
 from minitensor.nn.moe_balance import ExpertBias, max_violation
+from minitensor.nn.moe_device_limit import limit_to_groups
 from minitensor.recompute import recompute
 
 D = 4
@@ -21,7 +22,8 @@ D = 4
 def layer_of(case):
     mt.manual_seed(case["seed"] % 1000)
     layer = MoE(D, case["width"], case["experts"], case["k"], case["renormalize"], aux_loss_coef=0.3,
-                dtype=np.float64, shared_experts=case["shared"], router_score=case["score"])
+                dtype=np.float64, shared_experts=case["shared"], router_score=case["score"],
+                expert_groups=case["groups"], max_groups_per_token=case["limit"])
     rng = np.random.default_rng(case["seed"])
     for p in layer.parameters():
         p.data[...] = rng.normal(0, 0.7, p.shape)
@@ -34,6 +36,16 @@ def layer_of(case):
     return layer
 
 
+def choose(selection, k, groups, limit):
+    """Eq. 16's top-k of s + b (the lower index on a tie), among the experts of the `limit` groups
+    whose ⌈k/limit⌉ best scores sum largest (DeepSeek-V3 §2.1.2)."""
+    size, best = len(selection) // groups, -(-k // limit)  # ⌈k/limit⌉
+    group_score = [sum(sorted(selection[g * size:(g + 1) * size])[-best:]) for g in range(groups)]
+    kept = sorted(range(groups), key=lambda g: (-group_score[g], g))[:limit]
+    allowed = [i for i in range(len(selection)) if i // size in kept]
+    return sorted(allowed, key=lambda i: (-selection[i], i))[:k]
+
+
 def reference(layer, case, x):
     """(y, balance loss, chosen experts) of tokens x (N, D), one sequence, from the equations."""
     logits = x @ layer.router.weight.data.T
@@ -43,8 +55,7 @@ def reference(layer, case, x):
     else:
         s = 1 / (1 + np.exp(-logits))  # eq. 15
     k, n_experts = case["k"], case["experts"]
-    chosen = np.array([sorted(range(n_experts), key=lambda i: (-(s[t, i] + layer.bias.value[i]), i))[:k]
-                       for t in range(len(x))])  # eq. 16: top-k of s + b, the lower index on a tie
+    chosen = np.array([choose(s[t] + layer.bias.value, k, case["groups"], case["limit"]) for t in range(len(x))])
     y = np.zeros_like(x)
     for t, row in enumerate(chosen):
         gates = s[t, row]  # eq. 13: g = s (never s + b), normalised over the chosen
@@ -67,8 +78,7 @@ def test_routing_equals_the_papers_equations_with_ties_and_idle_experts(case):
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(layer.aux_loss.item(), balance, rtol=1e-12)
     assert layer.load.tolist() == np.bincount(chosen.reshape(-1), minlength=case["experts"]).tolist()
-    if case["tie"]:
-        assert not (chosen == 1).any() or (chosen == 0).any()  # expert 1 only ever beside expert 0
+    assert all(len(set(row // (case["experts"] // case["groups"]))) <= case["limit"] for row in chosen)
 
 
 @given(deepseek_routings())
@@ -129,3 +139,12 @@ def test_a_recomputed_forward_counts_its_tokens_once_and_an_eval_forward_not_at_
     (updates,) = layer.step_updates()
     updates.after_step()
     assert layer.bias.load.sum() == 0 and layer.bias.value.dtype == np.float32 and abs(layer.bias.value).max() == 0.01
+
+
+def test_device_limited_selection_keeps_the_groups_whose_best_scores_sum_largest():
+    scores = np.array([[0.9, 0.1, 0.5, 0.5, 0.8, 0.3]])  # groups {0, 1}, {2, 3}, {4, 5}
+    pick = lambda limit: top_k(limit_to_groups(scores, 2, 3, limit), 2).tolist()  # noqa: E731
+    assert pick(2) == [[0, 4]]  # ⌈2/2⌉ = 1 best each: 0.9, 0.5, 0.8 → groups 0 and 2
+    assert pick(1) == [[4, 5]]  # ⌈2/1⌉ = 2 best each: 1.0, 1.0, 1.1 → group 2 alone
+    assert top_k(limit_to_groups(scores[:, :4], 2, 2, 1), 2).tolist() == [[0, 1]]  # 1.0 = 1.0: the lower group
+    assert np.array_equal(limit_to_groups(scores, 2, 3, 3), scores)  # M = G: no limit

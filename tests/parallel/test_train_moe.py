@@ -37,9 +37,11 @@ DEEPSEEK = ["--router-score", "sigmoid", "--shared-experts", "1", "--expert-hidd
 @pytest.mark.parametrize("layout", [["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2", "--zero", "3"],
                                     ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
                                      "--moe-every", "2", "--recompute-activations", "--zero", "1"],
-                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--cp", "2", "--zero", "2"]])
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--cp", "2", "--zero", "2"],
+                                    ["--threads", "4", "--dp", "4", "--ep", "4", "--experts", "8", "--top-k", "4",
+                                     "--max-ranks-per-token", "2", "--zero", "3"]])
 def test_deepseek_routing_equals_one_device(layout, capsys):
-    result = main(TINY + ["--experts", "4", "--steps", "3", "--check", "3"] + DEEPSEEK + layout)
+    result = main(TINY + ["--experts", "4", "--top-k", "2", "--steps", "3", "--check", "3"] + DEEPSEEK + layout)
     assert result["check"] < 1e-9 and capsys.readouterr().out.count("check step") == 3
 
 
@@ -73,6 +75,10 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
     (["--experts", "4", "--top-k", "1", "--router-score", "sigmoid"], "--router-score sigmoid with --top-k 1"),
     (["--experts", "4", "--expert-bias-rate", "-0.1"], "--expert-bias-rate"),
     (["--shared-experts", "1"], "--shared-experts 1 needs --experts E"),
+    (["--experts", "4", "--ep", "2", "--dp", "2", "--threads", "2", "--max-ranks-per-token", "3"],
+     "--max-ranks-per-token 3 exceeds --ep 2"),
+    (["--experts", "4", "--ep", "4", "--dp", "4", "--threads", "4", "--top-k", "3", "--max-ranks-per-token", "1"],
+     "--top-k 3 does not fit --max-ranks-per-token 1"),
     (["--experts", "2", "--capacity-factor", "0"], "--capacity-factor"),
     (["--experts", "4", "--ep", "4", "--dp", "2", "--threads", "2"], "--ep 4 does not divide --dp 2"),
     (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),

@@ -21,3 +21,11 @@ def test_balance_compares_the_aux_loss_with_loss_free_balancing():
     runs = dict(re.findall(r"^(.+?)\s+MaxVio (\S+) ", out, re.MULTILINE))
     assert set(runs) == {"no balancing", "aux loss α=0.01", "loss-free γ=0.01", "loss-free γ=0.03", "random router"}
     assert 0 < float(runs["random router"]) < min(float(v) for k, v in runs.items() if k != "random router")
+
+
+def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_equal_the_formula():
+    out = run_script("tutorials/20_mixture_of_experts/fan_out.py")
+    reach = {int(m): [int(n) for n in counts.split(", ")] for m, counts in re.findall(r"^M=(\d): \[(.+?)\]", out, re.M)}
+    assert set(reach) == {4, 3, 2} and len({sum(r) for r in reach.values()}) == 1  # every token counted once
+    assert all(not any(r[m:]) for m, r in reach.items()) and any(reach[4][2:])  # capped, and the cap binds
+    assert out.count("(equal)") == 3

@@ -71,8 +71,27 @@ def draw_balance(plt, data):
     return fig
 
 
+def fan_out(quick):
+    """Tokens reaching 1..4 ranks in one step at ep = 4, top-4 of 8, without and with the device limit."""
+    script, task = load_script("20_mixture_of_experts/fan_out.py"), AdditionTask(digits=2, seed=0)
+    data = {limit or script.EP: script.one_step(task, limit)[0] for limit in (None, 3, 2)}
+    return data, "\n".join(f"M={m}: tokens reaching 1, 2, 3, 4 ranks {reach.tolist()}" for m, reach in data.items())
+
+
+def draw_fan_out(plt, data):
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for shift, (limit, reach) in zip((-0.27, 0, 0.27), data.items()):
+        ax.bar(np.arange(1, len(reach) + 1) + shift, reach, width=0.27, label=f"at most {limit} ranks")
+    ax.set(xlabel="ranks a token's 4 experts live on", ylabel="tokens (all ranks)", xticks=range(1, 5),
+           title="all-to-all fan-out, E = 8, top-4, ep = 4")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 PICTURES = [
     Picture("tokens_per_expert", "20_mixture_of_experts", loads, draw_loads),
     Picture("all_to_all_grid", "20_mixture_of_experts", dispatch, draw_dispatch),
     Picture("load_over_steps", "20_mixture_of_experts", balance, draw_balance),
+    Picture("fan_out", "20_mixture_of_experts", fan_out, draw_fan_out),
 ]
