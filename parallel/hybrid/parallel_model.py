@@ -35,6 +35,8 @@ from abc import ABC, abstractmethod
 
 from minitensor.models.gpt import GPT
 
+from ..comm.gather import all_gather_json
+
 
 class ParallelModel(ABC):
     config = mesh = optimizer = amp = comm_hook = outer = None
@@ -102,9 +104,16 @@ class ParallelModel(ABC):
         """Nothing to do when the parameters are their own masters."""
 
     def dense_gpt(self):
-        """A single-device GPT (or BERT) holding the gathered parameters (on every rank), in eval mode."""
+        """A single-device GPT (or BERT) holding the gathered parameters and step_updates' states
+        (a MoE layer's routing bias: it picks the experts) on every rank, in eval mode."""
         model = self.dense_class(self.config, dtype=self.parameters()[0].dtype)
         model.load_state_dict(self.full_state_dict())
+        states = {}
+        for part in all_gather_json(self.mesh.world, {name: u.state_dict() for name, u in self.step_updates}):
+            states.update(part)
+        for name, module in model.named_modules():
+            for update in module.step_updates():
+                update.load_state_dict(states[name])
         return model.eval()
 
     def num_parameters(self):
