@@ -118,3 +118,13 @@ def test_the_step_time_charges_the_all_to_alls_and_the_experts_whole_on_every_tp
         2 * all_to_all_seconds(config, tokens, 2, 4, *link(load_profile("laptop-cpu"), 1, 2)[1:]))
     with pytest.raises(ValueError, match="sequence parallelism is not composed with experts"):
         estimate(config, Layout(tp=2, sequence_parallel=True), batch=8, profile="laptop-cpu")
+
+
+def test_the_plan_command_takes_fine_grained_and_shared_experts(capsys):
+    from parallel.plan.__main__ import main
+    main(["--n-layer", "2", "--d-model", "64", "--n-head", "4", "--vocab", "64", "--seq", "32", "--experts", "8",
+          "--expert-hidden", "64", "--shared-experts", "1", "--devices", "4", "--batch", "8", "--top", "1"])
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64, n_experts=8, expert_hidden=64,
+                       shared_experts=1)
+    out = capsys.readouterr().out
+    assert f"= {dense_param_count(config):,} parameters ({active_param_count(config):,} active per token)" in out
