@@ -78,7 +78,7 @@ class Module:
 
     def step_updates(self, replicas=None):
         """State this module moves after each optimizer step, outside the gradient (objects with
-        after_step(), state_dict(), load_state_dict()): none by default. `replicas`: the group of
+        after_step(), state_dict(), load_state_dict(), arrays()): none by default. `replicas`: the group of
         ranks that see the other tokens of the batch, None on one device."""
         return []
 

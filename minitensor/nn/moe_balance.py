@@ -59,6 +59,10 @@ class ExpertBias:
         self.max_violation = max_violation(load)
         self.load[...] = 0
 
+    def arrays(self):
+        """The floating arrays it holds between steps (memory accounting)."""
+        return [self.value]
+
     def state_dict(self):
         return {"expert_bias": self.value.tolist(), "max_violation": self.max_violation}
 

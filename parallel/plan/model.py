@@ -127,6 +127,11 @@ def stage_blocks(config, pp, stage, balance=None):
     return range(first, first + layers[stage])
 
 
+def routing_bias_bytes(config, pp=1, stage=0, balance=None):
+    """The float32 routing bias (loss-free balancing: E per MoE block) a rank at pipeline `stage` holds."""
+    return moe_blocks(config, stage_blocks(config, pp, stage, balance)) * config.n_experts * 4 if has_experts(config) else 0
+
+
 def moe_blocks(config, blocks):
     """How many of the blocks (global indices) have a mixture-of-experts MLP."""
     if not has_experts(config):  # a dense model: the planner's search asks for every layout and stage

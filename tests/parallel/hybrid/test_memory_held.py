@@ -111,12 +111,15 @@ def held_between_steps(stage, precision, config=CONFIG, dp=DP, cp=1, ep=1):
 
 
 MOE = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16, n_experts=4, moe_every=2)
+DEEPSEEK = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16, n_experts=4, top_k=2,
+                     expert_hidden=8, shared_experts=1, router_score="sigmoid", expert_bias_rate=0.01)
 
 
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_bf16)])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("layout", [{}, {"config": MOE, "dp": 4, "ep": 2}, {"config": MOE, "dp": 2, "cp": 2, "ep": 2}],
-                         ids=["dense", "experts", "experts-cp"])
+@pytest.mark.parametrize("layout", [{}, {"config": MOE, "dp": 4, "ep": 2}, {"config": MOE, "dp": 2, "cp": 2, "ep": 2},
+                                    {"config": DEEPSEEK, "dp": 4, "ep": 2}],
+                         ids=["dense", "experts", "experts-cp", "deepseek"])
 def test_the_arrays_reachable_between_steps_are_memory_bytes_and_the_planners_figure(stage, precision, layout):
     if layout and precision != "fp32":
         pytest.skip("a mixture of experts is refused under a 16-bit policy (routing would differ by layout)")
