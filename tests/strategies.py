@@ -308,3 +308,25 @@ def flash_cases(draw, min_keys=1):
     return dict(batch=draw(st.integers(1, 2)), heads=draw(st.integers(1, 3)), t_q=t_q, t_k=t_k,
                 d=draw(st.integers(1, 5)), block_q=draw(st.integers(1, 9)), block_k=draw(st.integers(1, 9)),
                 causal=draw(st.booleans()), masked=draw(st.booleans()))
+
+
+# --- minitensor.nn.moe: DeepSeek-style routing (issue 45) -----------------------------
+
+
+@st.composite
+def deepseek_routings(draw):
+    """Settings of one MoE layer's routing: E experts, k, score, shared experts, expert width,
+    G expert groups and a limit M of groups per token, a float32 bias (0 or drawn), and whether
+    two experts' router rows are equal (a tie)."""
+    experts = draw(st.integers(2, 6))
+    score = draw(st.sampled_from(["softmax", "sigmoid"]))
+    k = draw(st.integers(2 if score == "sigmoid" else 1, experts))
+    bias = draw(st.one_of(st.just(None), hnp.arrays(np.float32, experts, elements=st.floats(-0.5, 0.5, width=32))))
+    groups = draw(st.sampled_from([g for g in range(1, experts + 1) if experts % g == 0]))
+    limit = draw(st.integers(1, groups))  # device-limited: a token's experts in at most `limit` groups
+    if limit * (experts // groups) < k or -(-k // limit) > experts // groups:
+        limit = groups
+    return dict(experts=experts, k=k, score=score, shared=draw(st.integers(0, 2)), width=draw(st.integers(1, 5)),
+                groups=groups, limit=limit,
+                renormalize=draw(st.booleans()) or score == "sigmoid", bias=bias, tie=draw(st.booleans()),
+                tokens=draw(st.integers(1, 4)), seed=draw(seeds))

@@ -19,7 +19,8 @@ from minitensor import nn
 from minitensor.autograd import no_grad
 from minitensor.nn import functional as F
 from minitensor.nn.attention_kernels import DENSE
-from minitensor.nn.moe import MoE
+from minitensor.nn.moe import MoE, check_routing
+from minitensor.nn.moe_device_limit import check_device_limit
 from minitensor.random import default_generator
 from minitensor.tensor import DEFAULT_FLOAT, Tensor
 
@@ -42,6 +43,12 @@ class GPTConfig:
     aux_loss_coef: float = 0.01    # the Switch balancing loss's α
     z_loss_coef: float = 0.0       # the ST-MoE router z-loss's β
     renormalize: bool = True       # the top-k gates divided by their sum (Mixtral), or not (Switch)
+    expert_hidden: int = None      # an expert's hidden width (fine-grained experts); default mlp_width
+    shared_experts: int = 0        # experts every token runs beside its routed ones (DeepSeekMoE)
+    router_score: str = "softmax"  # or "sigmoid" (DeepSeek-V3): the gates normalised over the chosen
+    expert_bias_rate: float = 0.0  # γ of auxiliary-loss-free balancing (0: no bias)
+    expert_groups: int = 1         # G groups of E/G experts (ep's ranks) for device-limited routing
+    max_groups_per_token: int = None  # M: a token's experts in at most M groups (None: G, no limit)
     name = "GPT"  # (a class attribute, not a field) for messages
 
     def __post_init__(self):
@@ -66,6 +73,15 @@ class GPTConfig:
         if self.moe_every < 1 or (self.capacity_factor is not None and not self.capacity_factor > 0):
             raise ValueError(f"GPTConfig: moe_every={self.moe_every} must be ≥ 1 and capacity_factor="
                              f"{self.capacity_factor} None or > 0")
+        if self.expert_hidden is not None and (not isinstance(self.expert_hidden, (int, np.integer))
+                                               or self.expert_hidden < 1):
+            raise ValueError(f"GPTConfig: expert_hidden must be a positive integer or None, got {self.expert_hidden!r}")
+        if not isinstance(self.shared_experts, (int, np.integer)) or self.shared_experts < 0:
+            raise ValueError(f"GPTConfig: shared_experts must be a non-negative integer, got {self.shared_experts!r}")
+        check_routing(self.n_experts, self.top_k, self.renormalize, self.router_score)
+        check_device_limit(self.n_experts, self.top_k, self.expert_groups, self.max_groups_per_token or self.expert_groups)
+        if not self.expert_bias_rate >= 0:
+            raise ValueError(f"GPTConfig: expert_bias_rate={self.expert_bias_rate} must be ≥ 0")
         if self.aux_loss_coef < 0 or self.z_loss_coef < 0:
             raise ValueError(f"GPTConfig: aux_loss_coef={self.aux_loss_coef} and z_loss_coef={self.z_loss_coef} "
                              f"must be ≥ 0")
@@ -81,6 +97,10 @@ class GPTConfig:
     @property
     def mlp_width(self):
         return self.d_ff or 4 * self.d_model
+
+    @property
+    def expert_width(self):
+        return self.expert_hidden or self.mlp_width
 
 
 def split_heads(x, n_head):
@@ -158,8 +178,11 @@ class Block(nn.Module):
 
 
 def moe_of(config, dtype):
-    return MoE(config.d_model, config.mlp_width, config.n_experts, config.top_k, config.renormalize,
-               config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype)
+    return MoE(config.d_model, config.expert_width, config.n_experts, config.top_k, config.renormalize,
+               config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype,
+               shared_experts=config.shared_experts, router_score=config.router_score,
+               expert_bias_rate=config.expert_bias_rate, expert_groups=config.expert_groups,
+               max_groups_per_token=config.max_groups_per_token)
 
 
 def moe_loss(blocks, dtype=None):

@@ -76,6 +76,12 @@ class Module:
         for p in self.parameters():
             p.grad = None
 
+    def step_updates(self, replicas=None):
+        """State this module moves after each optimizer step, outside the gradient (objects with
+        after_step(), state_dict(), load_state_dict(), arrays()): none by default. `replicas`: the group of
+        ranks that see the other tokens of the batch, None on one device."""
+        return []
+
     def train(self, mode=True):
         for m in self.modules():
             object.__setattr__(m, "training", mode)

@@ -2,9 +2,14 @@
 block's MLP (Switch Transformer, GShard, Mixtral).
 
     x (B, T, C) as N = B·T tokens
-      ─▶ router    logits = x·Wᵣᵀ (N, E), p = softmax(logits)
-      ─▶ top-k     the k experts of largest p per token; gate g = p of each, divided by
-                   their sum when `renormalize` (Mixtral) or as they are (Switch)
+      ─▶ router    logits = x·Wᵣᵀ (N, E), scores s = softmax(logits), or sigmoid(logits)
+                   (`router_score`, DeepSeek-V3 eq. 15)
+      ─▶ top-k     the k experts of largest s + b per token (b: the loss-free balancing bias,
+                   moe_balance.py; 0 unless its rate γ > 0), on at most M of the G expert
+                   groups when device-limited (moe_device_limit.py); gate g = s of each (never s + b),
+                   divided by their sum when `renormalize` (Mixtral; sigmoid scores always,
+                   eq. 13) or as they are (Switch). For k = 1 the gate stays s (Switch):
+                   s/s = 1 would leave the router no gradient from the task loss
       ─▶ capacity  per token group (one sequence of T tokens), at most ⌈C·T·k/E⌉ assignments
                    per expert: first choices before second ones, earlier tokens first; the rest
                    are dropped (that slot adds 0: the token goes on through the residual).
@@ -13,16 +18,23 @@ block's MLP (Switch Transformer, GShard, Mixtral).
       ─▶ experts   expert e runs on its counts[e] contiguous rows of x_perm, wherever it lives:
                    the layer's dispatcher takes the rows there and the outputs back
       ─▶ combine   y[t] = Σ over t's kept assignments a of g_a · expert_{e_a}(x_t)
+                   + shared(x_t): `shared_experts` experts every token passes through
+                   (DeepSeekMoE), held as one MLP of shared_experts × the expert width
+
+Fine-grained experts (DeepSeekMoE): an expert's hidden width d_ff is its own setting, so
+m·E experts of width d_ff/m with top-m·k keep a token's FLOPs and multiply its choices.
 
 Two losses join the model's loss (`aux_loss`), each a mean over the token groups:
 
     balancing (Switch)      α · E · Σᵢ fᵢ · Pᵢ    fᵢ: share of the group's T·k assignments that
-                                                  chose expert i (before capacity), Pᵢ: mean p_i
+                                                  chose expert i (before capacity), Pᵢ: mean of
+                                                  sᵢ / Σⱼ sⱼ (softmax: pᵢ itself)
     router z-loss (ST-MoE)  β · mean over tokens of (log Σⱼ exp logitsⱼ)²
 
 Σᵢ fᵢ·Pᵢ is smallest (1/E) when both are uniform; the gradient flows through Pᵢ only and
-pushes probability away from the experts that receive most tokens. Without it a router
-collapses: the experts that win early are trained most, so they win more.
+pushes probability away from the experts that receive most tokens. With a group of one
+sequence this is DeepSeek-V3's sequence-wise balance loss (eqs. 17–20: its fᵢ is E times
+the share, its s'ᵢ the normalised score), so one loss serves both names.
 
 Why a group is one sequence: data parallelism and micro-batches split the batch by whole
 sequences (by rows), so the groups, their capacities and their statistics are the same on
@@ -39,12 +51,17 @@ import numpy as np
 from minitensor.nn import functional as F
 from minitensor.nn.layers import Dropout, Linear
 from minitensor.nn.module import Module, ModuleList
+from minitensor.nn.moe_balance import ExpertBias
+from minitensor.nn.moe_device_limit import check_device_limit, limit_to_groups
 from minitensor.nn.moe_ops import gather_rows, scatter_add_rows
 from minitensor.shape_ops import concat
 from minitensor.tensor import DEFAULT_FLOAT
 
 # token, weight: per assignment (N·k); order: the kept assignments sorted by expert; counts: rows per expert
 Routing = namedtuple("Routing", ["token", "weight", "order", "counts", "kept"])
+
+
+SCORES = {"softmax": lambda logits: F.softmax(logits, axis=-1), "sigmoid": F.sigmoid}
 
 
 def top_k(probs, k):
@@ -156,24 +173,34 @@ class Expert(Module):
 
 
 class MoE(Module):
-    """E experts and a router (see the module docstring); `dispatcher` takes the rows to the
-    experts and back (default: LocalDispatcher, every expert here). After each forward:
-    `aux_loss` (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on)
-    and `dropped` (assignments over capacity)."""
+    """E experts of hidden width d_ff and a router (see the module docstring); `dispatcher` takes
+    the rows to the experts and back (default: LocalDispatcher, every expert here);
+    `shared_experts` experts every token runs; `router_score` "softmax" or "sigmoid";
+    `expert_bias_rate` γ of loss-free balancing (0: no bias); `expert_groups` G and
+    `max_groups_per_token` M: device-limited routing (moe_device_limit.py; default M = G, no
+    limit). After each forward: `aux_loss`
+    (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on),
+    `dropped` (assignments over capacity) and `chosen` (N, k): each token's experts."""
 
     def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
-                 aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT, dispatcher=None):
+                 aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT, dispatcher=None,
+                 shared_experts=0, router_score="softmax", expert_bias_rate=0.0, expert_groups=1,
+                 max_groups_per_token=None):
         super().__init__()
-        if not 1 <= top_k <= n_experts:
-            raise ValueError(f"MoE: top_k={top_k} must be in [1, n_experts={n_experts}]")
-        self.n_experts, self.top_k, self.renormalize = n_experts, top_k, renormalize
+        check_routing(n_experts, top_k, renormalize, router_score)
+        self.groups, self.max_groups = expert_groups, max_groups_per_token or expert_groups
+        check_device_limit(n_experts, top_k, self.groups, self.max_groups)
+        self.n_experts, self.top_k, self.router_score = n_experts, top_k, router_score
+        self.normalize = router_score == "sigmoid" or (renormalize and top_k > 1)
         self.capacity_factor, self.aux_loss_coef, self.z_loss_coef = capacity_factor, aux_loss_coef, z_loss_coef
         self.router = Linear(d_model, n_experts, bias=False, dtype=dtype)
         self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
+        self.shared = Expert(d_model, shared_experts * d_ff, dtype) if shared_experts else None
         self.drop = Dropout(dropout)
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
+        self.bias = ExpertBias(n_experts, expert_bias_rate)
         self.sequence_split = None  # context parallelism's cp group: each sequence's tokens on its ranks
-        self.aux_loss = self.load = self.dropped = None
+        self.aux_loss = self.load = self.dropped = self.chosen = None
 
     def forward(self, x):
         b, t, c = x.shape
@@ -181,23 +208,49 @@ class MoE(Module):
         routing = self.route(flat, groups=b)
         x_perm = gather_rows(flat, routing.token[routing.order])
         y_perm = self.dispatcher.run_experts(x_perm, routing.counts, self.experts)
-        return self.drop(combine(y_perm, routing, b * t).reshape(b, t, c))
+        y = combine(y_perm, routing, b * t)
+        y = y if self.shared is None else y + self.shared(flat)
+        return self.drop(y.reshape(b, t, c))
+
+    def step_updates(self, replicas=None):
+        """The loss-free balancing bias, which moves after each optimizer step by the loads
+        summed over `replicas` (the ranks routing the other tokens; None on one device)."""
+        self.bias.replicas = replicas
+        return [self.bias]
 
     def route(self, flat, groups):
         """The Routing of the (N, C) tokens `flat`, in `groups` equal token groups; sets aux_loss."""
         n, k = flat.shape[0], self.top_k
         logits = self.router(flat)
-        probs = F.softmax(logits, axis=-1)
-        experts = top_k(probs.data, k)
-        weight = gather_rows(probs.reshape(-1), (np.arange(n)[:, None] * self.n_experts + experts).reshape(-1))
-        if self.renormalize:
+        scores = SCORES[self.router_score](logits)
+        # exercise 20.4: the bias picks the experts, the gate ignores it
+        # hint: top_k of the scores' values plus self.bias.value, limited to the token's groups (limit_to_groups);
+        # hint: count them (self.bias.count); the weights: the chosen experts' scores themselves (gather_rows
+        # hint: of the flat scores Tensor).
+        experts = top_k(limit_to_groups(scores.data + self.bias.value, k, self.groups, self.max_groups), k)
+        self.bias.count(experts)
+        weight = gather_rows(scores.reshape(-1), (np.arange(n)[:, None] * self.n_experts + experts).reshape(-1))
+        # end exercise
+        if self.normalize:
             weight = weight.reshape(n, k)
             weight = (weight / weight.sum(axis=-1, keepdims=True)).reshape(-1)
         kept = np.ones(n * k, bool)
         if self.capacity_factor is not None:
             kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
         order, counts = dispatch_order(experts.reshape(-1), kept, self.n_experts)
-        self.aux_loss = (balancing_loss(probs, experts, groups, self.aux_loss_coef, self.sequence_split)
+        affinity = scores if self.router_score == "softmax" else scores / scores.sum(axis=-1, keepdims=True)
+        self.aux_loss = (balancing_loss(affinity, experts, groups, self.aux_loss_coef, self.sequence_split)
                          + z_loss(logits, self.z_loss_coef))
-        self.load, self.dropped = counts, int(n * k - kept.sum())
+        self.load, self.dropped, self.chosen = counts, int(n * k - kept.sum()), experts
         return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
+
+
+def check_routing(n_experts, k, renormalize, router_score):
+    """One-line errors for routing settings that cannot work."""
+    if not 1 <= k <= n_experts:
+        raise ValueError(f"MoE: top_k={k} must be in [1, n_experts={n_experts}]")
+    if router_score not in SCORES:
+        raise ValueError(f"MoE: router_score={router_score!r} is not one of {sorted(SCORES)}")
+    if router_score == "sigmoid" and (k == 1 or not renormalize):
+        raise ValueError(f"MoE: router_score='sigmoid' normalises the gates over the chosen experts (top_k={k}, "
+                         f"renormalize={renormalize}): it needs top_k ≥ 2 and renormalize, or use softmax")

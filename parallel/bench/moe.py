@@ -1,19 +1,24 @@
-"""Mixture of experts on the addition task: the all-to-all's bytes, the experts' load with and
-without the balancing loss, and the cost of experts against the dense model.
+"""Mixture of experts on the addition task, variant by variant: step time, loss, MaxVio and the
+all-to-all's bytes counted against the formula, beside the dense model.
 
     python -m parallel.bench moe [--steps 100] [--experts 4] [--ep 2]
 
-Printed (float32, one BLAS thread's worth of numpy; ranks as threads):
+Variants (float32; one device for time, loss and MaxVio, with one BLAS thread, as timed_calls
+sets it, so dense and MoE compare fairly):
 
-    all-to-all    bytes one rank counted in its ep group in one step of HybridGPT with experts
-                  (dp = ep) | parallel.plan.moe.all_to_all_bytes from the rows it sent and
-                  received in each MoE layer: they must be equal
-    load          tokens per expert over the last 10 steps (all MoE layers, top-1), max/mean: 1.00 is
-                  perfect balance, E is one expert taking everything; trained with the balancing
-                  loss α = 0 (a router free to collapse) and α = 0.01 (Switch's)
-    dense vs MoE  median step time and the final loss (mean of the last 10 steps) of the dense
-                  GPT and of the MoE GPT with the same active parameters per token (top-1):
-                  E times the MLP parameters for about the dense FLOPs
+    dense                 the GPT itself
+    top-1 α=0 / α=0.01    E experts of the MLP's width, top-1 (the gate is the probability:
+                          Switch), without and with the balancing loss
+    fine top-2 ...        DeepSeek's routing: 2E experts of half the width, top-2 (the FLOPs of
+                          top-1 of E) plus one shared expert of that width, sigmoid scores; balanced by the loss
+                          (α=0.01), loss-free (γ=0.01), and loss-free with at most one ep rank
+                          per token (M=1)
+
+Columns: parameters and those one token uses; the median step time; the task loss (the
+balancing loss taken out), mean of the last 10 steps; MaxVio = (max − mean)/mean tokens per
+expert, mean over the MoE layers and the last 10 steps (0: balanced); the bytes rank 0 of
+HybridGPT(dp = ep) counted in its ep group in one step | parallel.plan.moe.all_to_all_bytes of
+the rows it sent and received: they must be equal (the exit status says whether they are).
 """
 import functools
 
@@ -25,6 +30,7 @@ from minitensor.bench_timing import timed_calls
 from minitensor.data import AdditionTask
 from minitensor.flags import AT_LEAST_1
 from minitensor.models.gpt import GPT, GPTConfig
+from minitensor.nn.moe import MoE
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
 from parallel.hybrid import HybridGPT
@@ -36,36 +42,47 @@ SIZES = dict(n_layer=2, n_head=4, d_model=32)
 BATCH, LR = 32, 3e-3
 
 
-def config(task, experts=0, aux=0.01, top_k=1):
-    moe = dict(n_experts=experts, top_k=top_k, aux_loss_coef=aux) if experts else {}
+def config(task, experts=0, **routing):
+    moe = dict(n_experts=experts, **routing) if experts else {}
     return GPTConfig(vocab_size=task.vocab_size, block_size=task.block_size, **SIZES, **moe)
 
 
+def variants(task, experts, ep):
+    """(name, config) of each variant (the module docstring)."""
+    fine = dict(top_k=2, expert_hidden=2 * SIZES["d_model"], shared_experts=1, router_score="sigmoid")
+    return [("dense", config(task)),
+            ("top-1 α=0", config(task, experts, top_k=1, aux_loss_coef=0.0)),
+            ("top-1 α=0.01", config(task, experts, top_k=1, aux_loss_coef=0.01)),
+            ("fine top-2 α=0.01", config(task, 2 * experts, **fine, aux_loss_coef=0.01)),
+            ("fine top-2 γ=0.01", config(task, 2 * experts, **fine, aux_loss_coef=0.0, expert_bias_rate=0.01)),
+            ("fine top-2 γ=0.01 M=1", config(task, 2 * experts, **fine, aux_loss_coef=0.0, expert_bias_rate=0.01,
+                                             expert_groups=ep, max_groups_per_token=1))]
+
+
 def train(cfg, task, steps):
-    """(median step seconds, mean loss of the last 10 steps, tokens per expert summed over the
-    last 10 steps and all MoE layers) on one device."""
+    """(median step seconds, mean task loss of the last 10 steps, mean MaxVio of the last 10 steps
+    or None for the dense model) on one device."""
     mt.manual_seed(0)
     model = GPT(cfg)
     optimizer = AdamW(model.parameters(), lr=LR)
-    rng, losses, loads = np.random.default_rng(0), [], []
+    updates = [update for module in model.modules() for update in module.step_updates()]
+    rng, losses, violations = np.random.default_rng(0), [], []
 
     def step(idx, targets):
         model.zero_grad()
         _, loss = model(idx, targets)
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())  # these two records take microseconds of a step's milliseconds
-        if cfg.n_experts:
-            loads.append(np.concatenate([block.mlp.load for block in model.blocks if hasattr(block.mlp, "load")]))
+        for update in updates:  # the loss-free bias, and the step's loads' MaxVio
+            update.after_step()
+        aux = sum(block.mlp.aux_loss.item() for block in model.blocks if isinstance(block.mlp, MoE))
+        losses.append(loss.item() - aux)  # these records take microseconds of a step's milliseconds
+        violations.append(np.mean([update.max_violation for update in updates]) if updates else np.nan)
 
     # every step is timed (no warm-up): the losses and loads are those of `steps` training steps
     times = timed_calls(step, steps, warmup=0, before=lambda: task.get_batch(BATCH, generator=rng))
-    return float(np.median(times)), float(np.mean(losses[-10:])), (np.sum(loads[-10:], axis=0) if loads else None)
-
-
-def load_balance(load):
-    """max/mean of tokens per expert: 1.00 is perfect balance, E one expert taking everything."""
-    return load.max() / load.mean()
+    vio = float(np.mean(violations[-10:]))
+    return float(np.median(times)), float(np.mean(losses[-10:])), None if np.isnan(vio) else vio
 
 
 def all_to_all_step(cfg, task, ep):
@@ -87,7 +104,7 @@ def all_to_all_step(cfg, task, ep):
 
 def main(argv=None):
     parser = bench_parser("python -m parallel.bench moe", __doc__, steps=100)
-    parser.add_argument("--experts", type=int, default=4, help="experts per MoE block (E)")
+    parser.add_argument("--experts", type=int, default=4, help="experts per MoE block (E; the fine-grained use 2E)")
     parser.add_argument("--ep", type=int, default=2, help="expert-parallel ranks for the all-to-all count")
     return run_bench(parser, argv, functools.partial(run, parser), {"experts": AT_LEAST_1, "ep": AT_LEAST_1})
 
@@ -96,14 +113,16 @@ def run(parser, args):
     if args.experts % args.ep:
         parser.error(f"--experts {args.experts} is not divisible by --ep {args.ep}")
     task = AdditionTask(digits=2, seed=0)
-    counted, formula = all_to_all_step(config(task, args.experts, top_k=2), task, args.ep)
-    print(f"all-to-all bytes per step, rank 0 of ep={args.ep}, E={args.experts}, top-2: counted {counted:,} | "
-          f"formula {formula:,} ({'equal' if counted == formula else 'DIFFERENT'})")
-    print(f"{'model':<28}{'params':>9}{'active':>9}{'step ms':>9}{'loss':>8}{'load max/mean':>15}")
-    for name, cfg in (("dense", config(task)), (f"MoE E={args.experts} top-1, α=0", config(task, args.experts, 0.0)),
-                      (f"MoE E={args.experts} top-1, α=0.01", config(task, args.experts, 0.01))):
-        seconds, loss, load = train(cfg, task, args.steps)
-        balance = f"{load_balance(load):.2f}" if cfg.n_experts else "-"
-        print(f"{name:<28}{dense_param_count(cfg):>9,}{active_param_count(cfg):>9,}{seconds * 1e3:>9.1f}{loss:>8.3f}"
-              f"{balance:>15}", flush=True)
-    return 0 if counted == formula else 1
+    print(f"E={args.experts}, ep={args.ep}; all-to-all: bytes rank 0 counted in one step | the formula")
+    print(f"{'model':<24}{'params':>9}{'active':>9}{'step ms':>9}{'loss':>8}{'MaxVio':>8}   all-to-all")
+    equal = True
+    for name, cfg in variants(task, args.experts, args.ep):
+        seconds, loss, vio = train(cfg, task, args.steps)
+        traffic = "-"
+        if cfg.n_experts:
+            counted, formula = all_to_all_step(cfg, task, args.ep)
+            equal &= counted == formula
+            traffic = f"{counted:,} | {formula:,} ({'equal' if counted == formula else 'DIFFERENT'})"
+        print(f"{name:<24}{dense_param_count(cfg):>9,}{active_param_count(cfg):>9,}{seconds * 1e3:>9.1f}{loss:>8.3f}"
+              f"{'-' if vio is None else f'{vio:.2f}':>8}   {traffic}", flush=True)
+    return 0 if equal else 1

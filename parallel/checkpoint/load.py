@@ -9,6 +9,8 @@
        the dropout streams cannot continue: the masks are drawn per rank and shard), and
        its per-rank states: the communication hook's (error feedback is per rank and
        bucket) and local SGD's outer optimizer
+    6. in any layout, the state each module moves after a step (a MoE layer's loss-free
+       balancing bias: the manifest's step_states, by module name)
 
 A local SGD checkpoint (manifest optimizer.outer) is the exception to "any layout": between
 outer steps every dp replica has its own parameters and AdamW moments, so it resumes in the
@@ -164,5 +166,8 @@ def load_checkpoint(path, model):
     if model.outer is not None and not replicas_differ:
         model.outer.restart()  # a plain checkpoint: the first outer period starts from its parameters
     set_rank_states(model, states)
+    for name, update in model.step_updates:  # by module name, so in any layout (older checkpoints have none)
+        if name in manifest.get("step_states", {}):
+            update.load_state_dict(manifest["step_states"][name])
     return {"step": manifest["step"], "extra": manifest["extra"], "path": step_dir, "resharded": resharded,
             "manifest": manifest}

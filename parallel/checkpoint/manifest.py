@@ -70,9 +70,12 @@ def build_manifest(records, step, config, layout, mesh_dims, optimizer, extra):
             if entry["step"] is None:  # under ZeRO only the dp ranks whose range covers it know
                 entry["step"] = t["step"]
     files = {r["file"]: {k: r[k] for k in ("rank", *AXES, "bytes", "sha256")} for r in records}
+    # state moved after each step outside the gradient, by module name (a MoE layer's loss-free balancing
+    # bias and MaxVio): the same on every rank that holds the module, so any holder's copy serves
+    step_states = {name: state for r in records for name, state in r["step_states"].items()}
     return {"format": FORMAT, "version": VERSION, "step": step, "config": config_dict(config),
             "layout": layout, "mesh": mesh_dims, "world_size": len(records), "optimizer": optimizer,
-            "extra": extra, "files": files, "tensors": tensors}
+            "extra": extra, "files": files, "tensors": tensors, "step_states": step_states}
 
 
 def config_dict(config):

@@ -84,7 +84,8 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after
 
     def write_and_describe():
         write_shard(path, params, moments, rng_state_json(model), rank_states(model))
-        return rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
+        record = rank_record(path, world.rank, mesh.coords._asdict(), params, moments)
+        return {**record, "step_states": {name: update.state_dict() for name, update in model.step_updates}}
     with model.full_parameters():  # ZeRO-3: each rank writes its whole local arrays, like any layout
         records = all_gather_json(world, attempt(write_and_describe))
     fail_together(records, tmp, world)

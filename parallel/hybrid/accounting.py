@@ -30,7 +30,8 @@ class LayoutAccounting:
         """Bytes this rank holds now, measured from the live arrays (each buffer once; a ZeRO-3
         placeholder none): {"params", "grads", "optim", "gathered"}; "gathered" is the peak of
         ZeRO-3's all-gathered units since the last reset_memory_peak(). Under a mixed precision
-        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state and
+        policy the float32 masters (whole, or ZeRO-2/3's chunks) count as optimizer state, as do
+        the step_updates' arrays (a MoE layer's float32 routing bias), and
         their gradients as gradients. Between steps the first three are every array the model
         and its optimizer hold: the flat buffers of the gradient collectives are dropped after
         each (tests/parallel/hybrid/test_memory_held.py walks them all), and AdamW's flat
@@ -42,7 +43,8 @@ class LayoutAccounting:
         return {"params": held_bytes([p.data for p in params] + held["params"]),
                 "grads": held_bytes(grads + held["grads"]),
                 "optim": (self.optimizer.state_bytes() if self.optimizer else 0)
-                + held_bytes([m.data for m in masters] + held["optim"]),
+                + held_bytes([m.data for m in masters] + held["optim"]
+                             + [a for _, update in self.step_updates for a in update.arrays()]),
                 "gathered": max([s.peak_gathered_bytes for s in self.replicas.shardings], default=0)}
 
     def reset_memory_peak(self):

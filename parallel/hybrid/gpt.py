@@ -115,6 +115,10 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         names = [name for name, _ in self.named_parameters()]
         parts = ModelParts(self.stages, self.tied, self.amp, mesh, names, microbatches, prefetch)
         self.replicas = REPLICA_SYNCS[int(zero)](parts)
+        # State moved after each optimizer step outside the gradient (Module.step_updates: a MoE layer's
+        # loss-free balancing bias), by single-device module name; each sums its counts over dp × cp.
+        self.step_updates = [(name.split(".", 2)[2], update) for name, module in self.named_modules()
+                             for update in module.step_updates(mesh.dp_cp_group)]
         self.optimizer = None
         self.accumulated = 0  # global batches whose gradients .grad holds
         self.synced = False
@@ -231,13 +235,15 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.synced = True
 
     def optimizer_step(self, after=None):
-        """Finish the gradient sync, step the optimizer, zero the gradients. `after(update)`, if
+        """Finish the gradient sync, step the optimizer and the step_updates, zero the gradients. `after(update)`, if
         given, is called after each update that stepped: "inner" (AdamW's) and "outer" (DiLoCo's,
         on the steps it syncs); the training loop checks there that the numbers stayed finite."""
         if self.optimizer is None:
             raise RuntimeError("optimizer_step() before configure_optimizer()")
         self.finish_grad_sync()
         stepped = self.amp.step(self.optimizer)  # skipped on every rank if any rank's gradients overflowed
+        for _, update in self.step_updates if stepped else ():
+            update.after_step()
         if stepped and after is not None:
             after("inner")
         if self.replicas.after_step(stepped) and after is not None:  # local SGD's outer step moved the masters

@@ -13,6 +13,9 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
     comm_hook, outer             per-rank states a checkpoint keeps (None when unused): the dp gradient
                                  compressor (parallel.data_parallel.comm_hooks) and local SGD's outer
                                  optimizer (parallel.data_parallel.local_sgd)
+    step_updates                 [(single-device module name, state)]: what moves after each optimizer
+                                 step outside the gradient (Module.step_updates: a mixture of
+                                 experts' loss-free balancing bias); checkpoints keep their state_dicts
     named_master_parameters()    the parameters the optimizer steps, by name (float32 masters under
                                  a mixed precision policy; else the parameters); checkpoints hold these
     master_parameters_changed()  a loader wrote the masters: refresh the compute copies
@@ -32,9 +35,12 @@ from abc import ABC, abstractmethod
 
 from minitensor.models.gpt import GPT
 
+from ..comm.gather import all_gather_json
+
 
 class ParallelModel(ABC):
     config = mesh = optimizer = amp = comm_hook = outer = None
+    step_updates = ()
     dense_class = GPT
 
     @abstractmethod
@@ -98,9 +104,16 @@ class ParallelModel(ABC):
         """Nothing to do when the parameters are their own masters."""
 
     def dense_gpt(self):
-        """A single-device GPT (or BERT) holding the gathered parameters (on every rank), in eval mode."""
+        """A single-device GPT (or BERT) holding the gathered parameters and step_updates' states
+        (a MoE layer's routing bias: it picks the experts) on every rank, in eval mode."""
         model = self.dense_class(self.config, dtype=self.parameters()[0].dtype)
         model.load_state_dict(self.full_state_dict())
+        states = {}
+        for part in all_gather_json(self.mesh.world, {name: u.state_dict() for name, u in self.step_updates}):
+            states.update(part)
+        for name, module in model.named_modules():
+            for update in module.step_updates():
+                update.load_state_dict(states[name])
         return model.eval()
 
     def num_parameters(self):

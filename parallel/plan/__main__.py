@@ -23,7 +23,7 @@ import re
 import sys
 from dataclasses import asdict, replace
 
-from minitensor.flags import AT_LEAST_1, DashValueParser, at_most, bad_flag, parse_checked
+from minitensor.flags import AT_LEAST_0, AT_LEAST_1, DashValueParser, at_most, bad_flag, parse_checked
 from minitensor.models.bert import BertConfig
 from minitensor.nn.attention_kernels import KERNELS
 
@@ -73,6 +73,10 @@ def build_parser():
     parser.add_argument("--top-k", type=int, default=2, help="experts each token runs (with --experts; default 2)")
     parser.add_argument("--moe-every", type=int, default=1, help="every M-th block is a mixture of experts "
                         "(with --experts; default 1: all)")
+    parser.add_argument("--expert-hidden", type=int, help="an expert's hidden width (fine-grained experts; with "
+                        "--experts; default the MLP's)")
+    parser.add_argument("--shared-experts", type=int, default=0, help="experts every token runs beside its routed "
+                        "ones (with --experts; default 0)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
     parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")
@@ -130,7 +134,8 @@ def model_config(args, parser):
     if args.experts:
         if args.model == "bert" or args.top_k > args.experts:
             parser.error(f"--experts {args.experts} needs --model gpt and --top-k {args.top_k} ≤ --experts")
-        given.update(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every)
+        given.update(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every,
+                     expert_hidden=args.expert_hidden, shared_experts=args.shared_experts)
     try:
         config = replace(get_config(args.config), **given) if args.config else GPTConfig(**given)
     except ValueError as error:  # the one left after the flag checks: "d_model=1001 is not divisible by n_head=8"
@@ -168,12 +173,12 @@ def format_table(estimates):
 
 
 POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
-                 "max_cp", "local_steps", "experts", "top_k", "moe_every")
+                 "max_cp", "local_steps", "experts", "top_k", "moe_every", "expert_hidden")
 
 
 def main(argv=None):
     parser = build_parser()
-    args = parse_checked(parser, argv, dict.fromkeys(POSITIVE_INTS, AT_LEAST_1))
+    args = parse_checked(parser, argv, {**dict.fromkeys(POSITIVE_INTS, AT_LEAST_1), "shared_experts": AT_LEAST_0})
     too_large = bad_flag(args, {dest: at_most(high) for dest, high in LIMITS.items()})
     if too_large:
         parser.error(f"{too_large}, the planner's bound")

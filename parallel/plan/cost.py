@@ -73,8 +73,8 @@ def block_flops(config, moe, tokens, tp, passes):
     attention = 2 * 4 * h * h * tokens + 4 * s * h * tokens  # q, k, v, proj; QKᵀ and AV
     if not moe:
         return passes * (attention + 2 * 8 * h * h * tokens) / tp
-    # the router and each token's k experts, whole on every tp rank (the experts are not split)
-    experts = 2 * (h * config.n_experts + config.top_k * 2 * h * config.mlp_width) * tokens
+    # the router, each token's k experts and the S shared ones, whole on every tp rank (not split)
+    experts = 2 * (h * config.n_experts + (config.top_k + config.shared_experts) * 2 * h * config.expert_width) * tokens
     return passes * (attention / tp + experts)
 
 

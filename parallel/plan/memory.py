@@ -26,7 +26,7 @@ probabilities at any cp: the 5·a·s/h term becomes the ring's 8 (q, k, v, outpu
 numbers per block, is a/h of one s·b·h activation and left out, as the ring's is.
 """
 from .layout import get_precision
-from .model import stage_blocks, unit_param_counts, unit_replica_counts
+from .model import routing_bias_bytes, stage_blocks, unit_param_counts, unit_replica_counts
 
 
 def _coords(rank_coords):
@@ -63,7 +63,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     under ZeRO-3, beside the paper's 2 + 2 + 12 with 16-bit gradient chunks.
     A mixture of experts (ep: expert parallelism) holds E/ep experts per MoE block (model.py);
     under ep > 1 ZeRO cuts them over their own replicas, the (dp/ep)·cp ranks of the edp group
-    (ZeRO-1: one flat vector of them; ZeRO-2/3: a chunk per unit beside the unit's dense one).
+    (ZeRO-1: one flat vector of them; ZeRO-2/3: a chunk per unit beside the unit's dense one),
+    and its routing bias, E float32 per MoE block (loss-free balancing), counts as optimizer state.
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -79,7 +80,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     optim_count = {0: count, 1: -(-(count - experts) // replicas) + -(-experts // edp)}.get(int(zero), sharded)
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
             "grads": sharded * precision.dp_grad_bytes if zero >= 2 else count * precision.grad_bytes,
-            "optim": optim_count * precision.optim_bytes + (sharded if zero >= 2 else count) * precision.master_bytes}
+            "optim": optim_count * precision.optim_bytes + (sharded if zero >= 2 else count) * precision.master_bytes
+            + routing_bias_bytes(config, pp, pp_rank, balance)}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,

@@ -96,17 +96,24 @@ def is_moe_block(config, index):
     return has_experts(config) and config.is_moe(index)
 
 
-def expert_param_count(config):
-    """One expert MLP: fc (d·f + f) and proj (f·d + d), f = config.mlp_width."""
-    d, f = config.d_model, config.mlp_width
+def expert_param_count(config, width=None):
+    """One expert MLP: fc (d·f + f) and proj (f·d + d), f = config.expert_width (fine-grained:
+    its own setting; default the MLP's) or `width`."""
+    d, f = config.d_model, width or config.expert_width
     return 2 * d * f + f + d
+
+
+def shared_expert_param_count(config):
+    """The shared experts, held as one MLP of S × the expert width (0 without them)."""
+    return expert_param_count(config, config.shared_experts * config.expert_width) if config.shared_experts else 0
 
 
 def moe_block_param_count(config, tp=1, ep=1):
     """A mixture-of-experts block on one rank: LayerNorms and attention as in a dense block;
-    the router (d·E, no bias) and this ep rank's E/ep experts, whole on every tp rank."""
+    the router (d·E, no bias), the shared experts (replicated like the router) and this ep
+    rank's E/ep experts, whole on every tp rank."""
     return (attention_param_count(config.d_model, tp) + config.d_model * config.n_experts
-            + config.n_experts // ep * expert_param_count(config))
+            + shared_expert_param_count(config) + config.n_experts // ep * expert_param_count(config))
 
 
 def stage_blocks(config, pp, stage, balance=None):
@@ -118,6 +125,11 @@ def stage_blocks(config, pp, stage, balance=None):
     layers = stage_layers(config.n_layer, pp, balance)
     first = sum(layers[:stage])
     return range(first, first + layers[stage])
+
+
+def routing_bias_bytes(config, pp=1, stage=0, balance=None):
+    """The float32 routing bias (loss-free balancing: E per MoE block) a rank at pipeline `stage` holds."""
+    return moe_blocks(config, stage_blocks(config, pp, stage, balance)) * config.n_experts * 4 if has_experts(config) else 0
 
 
 def moe_blocks(config, blocks):

@@ -3,18 +3,23 @@ parameters, FLOPs per token (a token runs only its k experts), expert memory per
 and the all-to-all traffic and its α–β time. The layout search (search.py, cost.py) ranks
 layouts with ep from these and model.py's per-rank counts (moe_block_param_count).
 
-    expert        fc (d·f + f) + proj (f·d + d), f = config.mlp_width
-    MoE layer     the router d·E and E experts, in place of one MLP
+    expert        fc (d·f + f) + proj (f·d + d), f = config.expert_width (fine-grained experts)
+    MoE layer     the router d·E, the shared experts (one MLP of S·f) and E experts, in place of
+                  one MLP
     total         model.dense_param_count: all parameters of the single-device model, each MoE
                   block with d·E + E·expert in place of its MLP (model.moe_block_param_count)
     active        total − Σ over MoE layers (E − k)·expert: what one token's forward touches
     FLOPs/token   6 · the matmul weights a token multiplies (forward 2, backward 4 per weight):
-                  the dense ones, with each MoE layer's MLP replaced by its router and k experts
+                  the dense ones, with each MoE layer's MLP replaced by its router, k experts
+                  and the S shared ones
     all-to-all    per MoE layer and micro-batch, what a rank sends: dispatch forward and combine
                   backward carry the rows it sends the other ep − 1 ranks, combine forward and
                   dispatch backward the rows it received from them: 2·(sent + received)·d values;
                   plus, in forward, the counts: E − E/ep int64. Dropless and balanced, a rank of
-                  t tokens sends and receives t·k·(ep − 1)/ep rows
+                  t tokens sends and receives t·k·(ep − 1)/ep rows. Device-limited routing
+                  (at most M ranks per token) caps the ranks a token reaches, not these rows:
+                  the dispatcher sends one row per (token, expert), so the formula stands
+                  (a token sent once per rank would send t·min(k, M)·(ep − 1)/ep at most)
 """
 import math
 
@@ -36,8 +41,8 @@ def active_param_count(config):
 
 def flops_per_token(config):
     """Training FLOPs of one token, 6 per matmul weight it multiplies (attention scores left out)."""
-    d, f = config.d_model, config.mlp_width
-    per_moe_layer = d * config.n_experts + config.top_k * 2 * d * f - 8 * d * d
+    d, f = config.d_model, config.expert_width
+    per_moe_layer = d * config.n_experts + (config.top_k + config.shared_experts) * 2 * d * f - 8 * d * d
     return 6 * (matmul_weight_count(config) + moe_layers(config) * per_moe_layer)
 
 

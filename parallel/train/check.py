@@ -37,6 +37,7 @@ class SingleDeviceCheck:
             self.model = parallel_model.dense_class(parallel_model.config, dtype=np.dtype(args.dtype))
             self.amp = MixedPrecision(self.model.parameters(), precision_policy(args.precision))
             self.optimizer = AdamW(self.amp.masters, lr=args.lr, weight_decay=args.weight_decay)
+            self.updates = [update for module in self.model.modules() for update in module.step_updates()]
         self.tolerance, self.noise_floor = TOLERANCES[args.precision], NOISE_FLOORS[args.precision]
 
     def check_step(self, model, batches, loss, step, lr):
@@ -48,6 +49,8 @@ class SingleDeviceCheck:
         loss_diff, grad_diff, name = self.compare(batches, loss, grads)
         self.optimizer.defaults["lr"] = lr
         self.amp.step(self.optimizer)
+        for update in self.updates:  # a MoE layer's loss-free balancing bias, from one device's loads
+            update.after_step()
         if max(loss_diff, grad_diff) > self.tolerance:
             raise AssertionError(f"--check failed at step {step}: difference {max(loss_diff, grad_diff):.2e} "
                                  f"> {self.tolerance:g} ({name})")

@@ -112,6 +112,16 @@ def build_parser():
     moe.add_argument("--moe-every", type=int, default=1, metavar="M", help="every M-th block is MoE (default 1)")
     moe.add_argument("--aux-loss-coef", type=float, default=0.01, metavar="A", help="balancing loss α (default 0.01)")
     moe.add_argument("--z-loss-coef", type=float, default=0.0, metavar="B", help="router z-loss β (default 0)")
+    moe.add_argument("--expert-hidden", type=int, metavar="H", help="an expert's hidden width (fine-grained "
+                     "experts; default the MLP's, 4·d-model)")
+    moe.add_argument("--shared-experts", type=int, default=0, metavar="S", help="experts every token runs beside "
+                     "its routed ones (default 0)")
+    moe.add_argument("--router-score", choices=("softmax", "sigmoid"), default="softmax",
+                     help="router scores; sigmoid gates are normalised over the chosen experts (needs --top-k ≥ 2)")
+    moe.add_argument("--max-ranks-per-token", type=int, metavar="M", help="device-limited routing: a token's "
+                     "experts on at most M of the --ep ranks, chosen by their best scores' sum (default: no limit)")
+    moe.add_argument("--expert-bias-rate", type=float, default=0.0, metavar="G", help="loss-free balancing: γ of "
+                     "b += γ·sign(mean load − load) after each step (default 0: off)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     comm = p.add_argument_group("communication (parallel.comm.link, parallel.data_parallel.comm_hooks, parallel.data_parallel.local_sgd)")
     comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "

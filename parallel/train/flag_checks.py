@@ -12,8 +12,8 @@ from ..data_parallel.comm_hooks import make_hook
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
-                            "moe_every", "attention_block"), AT_LEAST_1),
-          "experts": AT_LEAST_0, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
+                            "moe_every", "expert_hidden", "max_ranks_per_token", "attention_block"), AT_LEAST_1),
+          "experts": AT_LEAST_0, "shared_experts": AT_LEAST_0, "expert_bias_rate": NON_NEGATIVE, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
           "z_loss_coef": NON_NEGATIVE,
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
           "outer_momentum": ("a finite number in [0, 1)", lambda v: 0 <= v < 1),
@@ -148,15 +148,22 @@ def check_expert_args(args):
     """--experts and its flags: E, k, ep and dp agree; the layouts not composed with experts yet refused."""
     if not args.experts:
         given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name, unset in
-                 (("ep", 1), ("top_k", None), ("capacity_factor", None)) if getattr(args, name) != unset]
+                 (("ep", 1), ("top_k", None), ("capacity_factor", None), ("expert_hidden", None),
+                  ("shared_experts", 0), ("router_score", "softmax"), ("expert_bias_rate", 0.0),
+                  ("max_ranks_per_token", None))
+                 if getattr(args, name) != unset]
         if given:
             raise ValueError(f"{', '.join(given)} needs --experts E (a mixture of experts)")
         return
     flag = f"--experts {args.experts}"
     if args.top_k > args.experts:
         raise ValueError(f"--top-k {args.top_k} exceeds {flag}: a token cannot choose more experts than there are")
+    if args.router_score == "sigmoid" and args.top_k == 1:
+        raise ValueError("--router-score sigmoid with --top-k 1: sigmoid gates are normalised over the chosen "
+                         "experts, so one expert's gate is always 1 and the router learns nothing; use --top-k 2 or softmax")
     if args.experts % args.ep:
         raise ValueError(f"{flag} is not divisible by --ep {args.ep}: every ep rank holds E/ep experts")
+    check_device_limit_flags(args)
     if args.dp % args.ep:
         raise ValueError(f"--ep {args.ep} does not divide --dp {args.dp}: expert parallelism splits the dp ranks")
     if args.sequence_parallel:
@@ -177,3 +184,17 @@ def check_expert_args(args):
     if others:
         raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
                          f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --recompute-activations, --link, --trace, --save and --resume")
+
+
+def check_device_limit_flags(args):
+    """--max-ranks-per-token M: at most --ep ranks, and room on M ranks for --top-k experts."""
+    limit = args.max_ranks_per_token
+    if limit is None:
+        return
+    if limit > args.ep:
+        raise ValueError(f"--max-ranks-per-token {limit} exceeds --ep {args.ep}: a token cannot reach more ranks "
+                         f"than hold experts")
+    per_rank = args.experts // args.ep
+    if limit * per_rank < args.top_k or -(-args.top_k // limit) > per_rank:
+        raise ValueError(f"--top-k {args.top_k} does not fit --max-ranks-per-token {limit}: each rank holds "
+                         f"{per_rank} experts, and each chosen rank gives ⌈k/M⌉ = {-(-args.top_k // limit)} of them")

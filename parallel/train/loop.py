@@ -40,7 +40,10 @@ def model_config(args, task):
         return BertConfig(**sizes, sep_id=SEP)
     experts = dict(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every,
                    capacity_factor=args.capacity_factor, aux_loss_coef=args.aux_loss_coef,
-                   z_loss_coef=args.z_loss_coef) if args.experts else {}
+                   z_loss_coef=args.z_loss_coef, expert_hidden=args.expert_hidden,
+                   shared_experts=args.shared_experts, router_score=args.router_score,
+                   expert_bias_rate=args.expert_bias_rate, max_groups_per_token=args.max_ranks_per_token,
+                   expert_groups=args.ep if args.max_ranks_per_token else 1) if args.experts else {}
     return GPTConfig(**sizes, **experts)
 
 
@@ -98,7 +101,9 @@ def train(args):
         losses.append(loss)
         done = step - first + 1
         if step % args.log_every == 0 or step == args.steps:
-            say(group, report.progress_line(step, args.steps, loss, tokens * done, time.perf_counter() - start, done))
+            moe = report.step_state_text(model, group) if args.experts else ""
+            say(group, report.progress_line(step, args.steps, loss, tokens * done, time.perf_counter() - start, done)
+                + moe)
         if args.eval_every and step % args.eval_every == 0 and step != args.steps:
             _, metric = evaluation(model, task, group)
             say(group, metric and f"step {step}: {metric[0]}: {metric[1]:.4f}")

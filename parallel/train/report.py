@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from ..comm.gather import all_gather_json
 from ..launch import launch_report
 from ..pipeline.timeline import Timeline, all_gather_events
 from ..plan.model import dense_param_count
@@ -78,6 +79,20 @@ def progress_line(step, steps, loss, tokens, elapsed, done):
     eta = elapsed / done * (steps - step) if done else 0.0
     return (f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}  {tokens / elapsed:,.0f} tokens/s  "
             f"elapsed {clock(elapsed)}  eta {clock(eta)}")
+
+
+def step_state_text(model, group):
+    """MaxVio = (max − mean)/mean of each MoE layer's tokens per expert in the last step (its loss-free
+    balancing state, on whichever pp stage holds it), every rank's gathered (a collective)."""
+    states = {}
+    for part in all_gather_json(group, {name: update.max_violation for name, update in model.step_updates}):
+        states.update(part)
+    return "  MaxVio " + " ".join(f"{name.removesuffix('.mlp')} {value:.3f}"
+                                  for name, value in sorted(states.items(), key=lambda kv: layer_number(kv[0])))
+
+
+def layer_number(name):
+    return int(name.split(".")[1])
 
 
 def merge_stats(*stats):

@@ -30,6 +30,29 @@ def test_check_equals_one_device(layout, capsys):
     assert "ep all_to_all" in out and "4 experts (top-" in out
 
 
+DEEPSEEK = ["--router-score", "sigmoid", "--shared-experts", "1", "--expert-hidden", "8", "--expert-bias-rate", "0.05"]
+
+
+# Issue 45: sigmoid scores, a shared expert, fine-grained width and the loss-free bias, beside every axis
+@pytest.mark.parametrize("layout", [["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2", "--zero", "3"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
+                                     "--moe-every", "2", "--recompute-activations", "--zero", "1"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--cp", "2", "--zero", "2"],
+                                    ["--threads", "4", "--dp", "4", "--ep", "4", "--experts", "8", "--top-k", "4",
+                                     "--max-ranks-per-token", "2", "--zero", "3"]])
+def test_deepseek_routing_equals_one_device(layout, capsys):
+    result = main(TINY + ["--experts", "4", "--top-k", "2", "--steps", "3", "--check", "3"] + DEEPSEEK + layout)
+    assert result["check"] < 1e-9 and capsys.readouterr().out.count("check step") == 3
+
+
+@requires_mpiexec
+def test_deepseek_routing_equals_one_device_on_four_real_ranks():
+    result = run_mpi(4, ["-m", "parallel.train", *TINY, "--experts", "4", "--steps", "2", "--check", "2", *DEEPSEEK,
+                         "--dp", "4", "--ep", "2", "--zero", "2"], timeout=240)
+    assert re.search(r"^check: largest relative difference to one device over 2 step\(s\): \S+e-1\d \(tolerance",
+                     result.stdout, re.MULTILINE), result.stdout
+
+
 # The composition's proof (issue 44): the replica synchronisations of ZeRO-2/3 and the cp ring take a
 # mixture of experts with no branch of their own; every rank's check must pass, on real ranks.
 @requires_mpiexec
@@ -49,6 +72,13 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
 @pytest.mark.parametrize("flags, message", [
     (["--experts", "6", "--ep", "4", "--dp", "4", "--threads", "4"], "--experts 6 is not divisible by --ep 4"),
     (["--experts", "2", "--top-k", "3"], "--top-k 3 exceeds --experts 2"),
+    (["--experts", "4", "--top-k", "1", "--router-score", "sigmoid"], "--router-score sigmoid with --top-k 1"),
+    (["--experts", "4", "--expert-bias-rate", "-0.1"], "--expert-bias-rate"),
+    (["--shared-experts", "1"], "--shared-experts 1 needs --experts E"),
+    (["--experts", "4", "--ep", "2", "--dp", "2", "--threads", "2", "--max-ranks-per-token", "3"],
+     "--max-ranks-per-token 3 exceeds --ep 2"),
+    (["--experts", "4", "--ep", "4", "--dp", "4", "--threads", "4", "--top-k", "3", "--max-ranks-per-token", "1"],
+     "--top-k 3 does not fit --max-ranks-per-token 1"),
     (["--experts", "2", "--capacity-factor", "0"], "--capacity-factor"),
     (["--experts", "4", "--ep", "4", "--dp", "2", "--threads", "2"], "--ep 4 does not divide --dp 2"),
     (["--ep", "2", "--dp", "2", "--threads", "2"], "--ep 2 needs --experts E"),
@@ -73,6 +103,18 @@ def test_a_checkpoint_reshards_to_another_ep_and_to_one_device(tmp_path):
     for layout in (["--threads", "2", "--dp", "2", "--ep", "1"], ["--threads", "2", "--tp", "2"], [],
                    ["--threads", "4", "--dp", "4", "--ep", "2", "--zero", "1"]):
         resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000002")])["losses"]
+        assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
+
+
+def test_the_loss_free_bias_and_maxvio_are_saved_and_reshard(tmp_path):
+    flags = TINY + ["--experts", "4", "--top-k", "2", "--dtype", "float64", "--steps", "5", *DEEPSEEK]
+    straight = main(flags + ["--threads", "4", "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2",
+                             "--save", str(tmp_path / "a"), "--save-every", "3"])["losses"]
+    states = json.loads((tmp_path / "a" / "step_000003" / "manifest.json").read_text())["step_states"]
+    assert set(states) == {"blocks.0.mlp", "blocks.1.mlp"} and all(s["max_violation"] >= 0 for s in states.values())
+    assert any(max(map(abs, s["expert_bias"])) > 0 for s in states.values())
+    for layout in (["--threads", "2", "--tp", "2"], []):
+        resumed = main(flags + layout + ["--resume", str(tmp_path / "a" / "step_000003")])["losses"]
         assert resumed[-2:] == pytest.approx(straight[-2:], rel=1e-9, abs=0), layout
 
 

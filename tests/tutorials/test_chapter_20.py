@@ -1,5 +1,6 @@
 """Chapter 20, mixture of experts: the balancing loss evens the experts' load, and the
 dispatch all-to-all moves every routed row once, most of them across ranks."""
+
 import re
 
 from chapter_runner import run_script
@@ -7,9 +8,24 @@ from chapter_runner import run_script
 
 def test_routing_balances_with_the_aux_loss_and_the_dispatch_grid_adds_up():
     out = run_script("tutorials/20_mixture_of_experts/routing.py")
-    ratios = [float(x) for x in re.findall(r"max/mean (\S+)", out)]
-    assert len(ratios) == 2 and ratios[1] < ratios[0]  # α = 0.01 spreads the tokens that α = 0 piles up
+    last = [float(line.split(" | ")[0].split()[-1]) for line in out.splitlines() if line.startswith("balancing loss")]
+    assert len(last) == 3 and last[2] < last[0]  # α = 0.01 spreads the tokens that α = 0 piles up
     grid = [[int(n) for n in line.split()] for line in out.split("ep=4:\n")[1].splitlines()[:4]]
     total, diagonal = sum(map(sum, grid)), sum(grid[i][i] for i in range(4))
     assert total == 4 * 8 * 8  # 4 ranks × 8 sequences × 8 tokens, top-1: one row each
     assert f"rows that cross ranks: {total - diagonal} of {total}" in out
+
+
+def test_balance_compares_the_aux_loss_with_loss_free_balancing():
+    out = run_script("tutorials/20_mixture_of_experts/balance.py", "--steps", "20")
+    runs = dict(re.findall(r"^(.+?)\s+MaxVio (\S+) ", out, re.MULTILINE))
+    assert set(runs) == {"no balancing", "aux loss α=0.01", "loss-free γ=0.01", "loss-free γ=0.03", "random router"}
+    assert 0 < float(runs["random router"]) < min(float(v) for k, v in runs.items() if k != "random router")
+
+
+def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_equal_the_formula():
+    out = run_script("tutorials/20_mixture_of_experts/fan_out.py")
+    reach = {int(m): [int(n) for n in counts.split(", ")] for m, counts in re.findall(r"^M=(\d): \[(.+?)\]", out, re.M)}
+    assert set(reach) == {4, 3, 2} and len({sum(r) for r in reach.values()}) == 1  # every token counted once
+    assert all(not any(r[m:]) for m, r in reach.items()) and any(reach[4][2:])  # capped, and the cap binds
+    assert out.count("(equal)") == 3

@@ -1,5 +1,6 @@
-"""Chapter 20's evidence: tokens per expert with and without the balancing loss, and the
-dispatch all-to-all of one step as a grid of who sends how many rows to whom.
+"""Chapter 20's evidence: tokens per expert with and without the balancing loss (and with the
+router frozen at its initial weights), and the dispatch all-to-all of one step as a grid of
+who sends how many rows to whom.
 
     python tutorials/20_mixture_of_experts/routing.py [--steps 60]
 """
@@ -23,18 +24,18 @@ def config(task, aux):
                      n_experts=EXPERTS, top_k=1, aux_loss_coef=aux)
 
 
-def loads(aux, steps, task):
-    """Tokens per expert of the first MoE layer, summed over the last 10 of `steps` steps."""
+def loads(aux, steps, task, train_router=True):
+    """Tokens per expert of the first MoE layer, summed over each 10 steps: (steps // 10, E)."""
     mt.manual_seed(0)
     model = GPT(config(task, aux))
-    optimizer, rng, total = AdamW(model.parameters(), lr=3e-3), np.random.default_rng(0), np.zeros(EXPERTS, int)
-    for step in range(steps):
+    trained = [p for name, p in model.named_parameters() if train_router or "router" not in name]
+    optimizer, rng, windows = AdamW(trained, lr=3e-3), np.random.default_rng(0), np.zeros((steps // 10, EXPERTS), int)
+    for step in range(steps // 10 * 10):
         model.zero_grad()
         model(*task.get_batch(32, generator=rng))[1].backward()
         optimizer.step()
-        if step >= steps - 10:
-            total += model.blocks[0].mlp.load
-    return total
+        windows[step // 10] += model.blocks[0].mlp.load
+    return windows
 
 
 def dispatch_grid(task):
@@ -54,9 +55,12 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args(argv)
     task = AdditionTask(digits=2, seed=0)
-    for aux in (0.0, 0.01):
-        load = loads(aux, args.steps, task)
-        print(f"balancing loss α={aux}: tokens per expert {load.tolist()}, max/mean {load.max() / load.mean():.2f}")
+    print("max/mean tokens per expert of each 10 steps; then the last 10 steps' tokens per expert")
+    for aux, train_router in ((0.0, True), (0.0, False), (0.01, True)):
+        windows = loads(aux, args.steps, task, train_router)
+        ratios = " ".join(f"{w.max() / w.mean():.2f}" for w in windows)
+        print(f"balancing loss α={aux}{'' if train_router else ', router frozen'}: max/mean {ratios} | "
+              f"{windows[-1].tolist()}")
     grid = dispatch_grid(task)
     print(f"dispatch all-to-all, rows from rank (row) to rank (column), ep={EP}:")
     print("\n".join("  " + " ".join(f"{n:4d}" for n in row) for row in grid))

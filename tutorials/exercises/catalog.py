@@ -115,11 +115,19 @@ TESTS.update({
 
 # --- chapter 20: mixture of experts ---
 MOE = "tests/minitensor/test_moe.py"
+DEEPSEEK = "tests/minitensor/test_moe_deepseek.py"
+LOSS_FREE = "tests/parallel/hybrid/test_loss_free_balance.py"
 TESTS.update({
     "20.1": [f"{MOE}::test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties",
              f"{MOE}::test_the_balancing_loss_is_alpha_for_a_uniform_router_and_grows_with_imbalance"],
     "20.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
              f"{MOE}::test_the_layer_equals_its_definition_token_by_token[None-True]"],
+    "20.3": [f"{DEEPSEEK}::test_the_bias_update_moves_against_the_load_in_float32",
+             f"{LOSS_FREE}::test_the_bias_is_bitwise_one_devices_on_every_rank[config0-layout0]"],
+    "20.4": [f"{DEEPSEEK}::test_the_bias_picks_experts_but_never_weights_them",
+             f"{DEEPSEEK}::test_routing_equals_the_papers_equations_with_ties_and_idle_experts"],
+    "20.5": [f"{DEEPSEEK}::test_device_limited_selection_keeps_the_groups_whose_best_scores_sum_largest",
+             f"{DEEPSEEK}::test_routing_equals_the_papers_equations_with_ties_and_idle_experts"],
 })
 
 # --- chapter 21: flash attention ---

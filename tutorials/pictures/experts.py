@@ -11,7 +11,7 @@ def loads(quick):
     """Tokens per expert of the first MoE layer over the last 10 steps, α = 0 and α = 0.01."""
     script, task = load_script("20_mixture_of_experts/routing.py"), AdditionTask(digits=2, seed=0)
     steps = 20 if quick else 60
-    data = {aux: script.loads(aux, steps, task) for aux in (0.0, 0.01)}
+    data = {aux: script.loads(aux, steps, task)[-1] for aux in (0.0, 0.01)}
     text = "\n".join(f"balancing loss α={aux}: tokens per expert {load.tolist()}, max/mean "
                      f"{load.max() / load.mean():.2f}" for aux, load in data.items())
     return data, text
@@ -47,7 +47,51 @@ def draw_dispatch(plt, grid):
     return fig
 
 
+def balance(quick):
+    """Tokens per expert of the first MoE layer, each step, balanced by the auxiliary loss and loss-free."""
+    script, task = load_script("20_mixture_of_experts/balance.py"), AdditionTask(digits=2, seed=0)
+    steps = 30 if quick else 150
+    data = {name: script.train(task, steps, **script.RUNS[name])[0][:, 0] for name in ("aux loss α=0.01",
+                                                                                      "loss-free γ=0.01")}
+    text = "\n".join(f"{name}: tokens per expert, every {steps // 5} steps: "
+                     + " | ".join(" ".join(f"{n:3d}" for n in loads[s]) for s in range(0, steps, steps // 5))
+                     for name, loads in data.items())
+    return data, text
+
+
+def draw_balance(plt, data):
+    fig, axes = plt.subplots(1, len(data), figsize=(9, 3), sharey=True)
+    for ax, (name, loads) in zip(axes, data.items()):
+        ax.stackplot(np.arange(1, len(loads) + 1), loads.T / loads.sum(axis=1), labels=[str(e) for e in range(8)])
+        ax.set(xlabel="step", title=name, ylim=(0, 1), yticks=np.arange(0, 1.01, 1 / 8))  # balanced: bands 1/8 wide
+        ax.grid(axis="y", color="k", lw=0.3)
+    axes[0].set_ylabel("share of assignments, layer 0")
+    axes[-1].legend(title="expert", fontsize=6, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    return fig
+
+
+def fan_out(quick):
+    """Tokens reaching 1..4 ranks in one step at ep = 4, top-4 of 8, without and with the device limit."""
+    script, task = load_script("20_mixture_of_experts/fan_out.py"), AdditionTask(digits=2, seed=0)
+    data = {limit or script.EP: script.one_step(task, limit)[0] for limit in (None, 3, 2)}
+    return data, "\n".join(f"M={m}: tokens reaching 1, 2, 3, 4 ranks {reach.tolist()}" for m, reach in data.items())
+
+
+def draw_fan_out(plt, data):
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for shift, (limit, reach) in zip((-0.27, 0, 0.27), data.items()):
+        ax.bar(np.arange(1, len(reach) + 1) + shift, reach, width=0.27, label=f"at most {limit} ranks")
+    ax.set(xlabel="ranks a token's 4 experts live on", ylabel="tokens (all ranks)", xticks=range(1, 5),
+           title="all-to-all fan-out, E = 8, top-4, ep = 4")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 PICTURES = [
     Picture("tokens_per_expert", "20_mixture_of_experts", loads, draw_loads),
     Picture("all_to_all_grid", "20_mixture_of_experts", dispatch, draw_dispatch),
+    Picture("load_over_steps", "20_mixture_of_experts", balance, draw_balance),
+    Picture("fan_out", "20_mixture_of_experts", fan_out, draw_fan_out),
 ]

@@ -111,16 +111,18 @@ def held_between_steps(stage, precision, config=CONFIG, dp=DP, cp=1, ep=1):
 
 
 MOE = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16, n_experts=4, moe_every=2)
+DEEPSEEK = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=16, n_experts=4, top_k=2,
+                     expert_hidden=8, shared_experts=1, router_score="sigmoid", expert_bias_rate=0.01)
 
 
 # (layout, precision): a mixture of experts trains in float32 only (a 16-bit policy is refused: routing
 # would differ by layout)
 LAYOUTS = [({}, "fp32"), pytest.param({}, "bf16", marks=needs_bf16), ({"config": MOE, "dp": 4, "ep": 2}, "fp32"),
-           ({"config": MOE, "dp": 2, "cp": 2, "ep": 2}, "fp32")]
+           ({"config": MOE, "dp": 2, "cp": 2, "ep": 2}, "fp32"), ({"config": DEEPSEEK, "dp": 4, "ep": 2}, "fp32")]
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("layout, precision", LAYOUTS, ids=["dense", "dense-bf16", "experts", "experts-cp"])
+@pytest.mark.parametrize("layout, precision", LAYOUTS, ids=["dense", "dense-bf16", "experts", "experts-cp", "deepseek"])
 def test_the_arrays_reachable_between_steps_are_memory_bytes_and_the_planners_figure(stage, precision, layout):
     for rank, ((walked, memory), (walked_after, memory_after), planner) in enumerate(
             held_between_steps(stage, precision, **layout)):

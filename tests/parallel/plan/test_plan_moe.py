@@ -26,9 +26,10 @@ from parallel.plan.profiles import load_profile
 SIZES = dict(vocab_size=13, block_size=6, n_layer=3, n_head=2, d_model=8)
 
 
-@pytest.mark.parametrize("experts, top_k, every", [(0, 2, 1), (4, 2, 1), (3, 1, 2)])
-def test_parameter_counts_equal_the_model(experts, top_k, every):
-    config = GPTConfig(**SIZES, n_experts=experts, top_k=top_k, moe_every=every)
+@pytest.mark.parametrize("experts, top_k, every, fine", [(0, 2, 1, {}), (4, 2, 1, {}), (3, 1, 2, {}),
+                                                         (8, 2, 1, dict(expert_hidden=8, shared_experts=2))])
+def test_parameter_counts_equal_the_model(experts, top_k, every, fine):
+    config = GPTConfig(**SIZES, n_experts=experts, top_k=top_k, moe_every=every, **fine)
     model = GPT(config, dtype=np.float64)
     assert dense_param_count(config) == model.num_parameters()
     unused = sum(p.size for name, p in model.named_parameters() if ".experts." in name
@@ -43,6 +44,8 @@ def test_top_1_of_e_experts_costs_the_dense_flops_plus_the_router():
     assert flops_per_token(moe) - flops_per_token(dense) == 6 * 3 * 8 * 4
     assert dense_param_count(moe) > dense_param_count(dense)
     assert expert_bytes_per_rank(moe, ep=2) == 3 * 2 * (2 * 8 * 32 + 32 + 8) * 16
+    fine = GPTConfig(**SIZES, n_experts=8, top_k=2, expert_hidden=16, shared_experts=1)  # 3 experts of 16 a token
+    assert flops_per_token(fine) - flops_per_token(moe) == 6 * 3 * (8 * 8 + 3 * 2 * 8 * 16 - 4 * 8 - 2 * 8 * 32)
 
 
 def test_the_all_to_all_formula_equals_the_counted_bytes():
@@ -65,20 +68,23 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
 
 
 MOE = GPTConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, d_model=8, n_experts=4, top_k=2)
+DEEPSEEK = GPTConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, d_model=8, n_experts=4, top_k=2, expert_hidden=8,
+                     shared_experts=2, router_score="sigmoid")
 
 
-@pytest.mark.parametrize("dp, tp, pp, ep, zero", [(2, 1, 1, 2, 0), (4, 1, 1, 2, 0), (2, 2, 1, 2, 0), (2, 1, 2, 2, 0),
-                                                  (1, 2, 2, 1, 0), (4, 1, 1, 2, 1), (2, 1, 2, 1, 1)])
-def test_the_planners_bytes_per_rank_are_what_hybrid_gpt_holds_with_experts(dp, tp, pp, ep, zero):
+@pytest.mark.parametrize("dp, tp, pp, ep, zero, config", [
+    (2, 1, 1, 2, 0, MOE), (4, 1, 1, 2, 0, MOE), (2, 2, 1, 2, 0, MOE), (2, 1, 2, 2, 0, MOE), (1, 2, 2, 1, 0, MOE),
+    (4, 1, 1, 2, 1, MOE), (2, 1, 2, 1, 1, MOE), (2, 2, 1, 2, 0, DEEPSEEK), (4, 1, 1, 2, 1, DEEPSEEK)])
+def test_the_planners_bytes_per_rank_are_what_hybrid_gpt_holds_with_experts(dp, tp, pp, ep, zero, config):
     """Parameters, gradients and AdamW's state (ZeRO-1: the experts' cut over edp) on every rank."""
     def held():
-        model = HybridGPT(GPT(MOE, dtype=np.float32), Mesh(dp, tp, pp, ep=ep), microbatches=pp, zero=zero)
+        model = HybridGPT(GPT(config, dtype=np.float32), Mesh(dp, tp, pp, ep=ep), microbatches=pp, zero=zero)
         model.configure_optimizer()
         model.train_step(*[np.random.default_rng(0).integers(0, 13, (4 * dp, 6))] * 2)
         model.finish_grad_sync()
         model.optimizer.step()
         measured = {kind: model.memory_bytes()[kind] for kind in ("params", "grads", "optim")}
-        return measured, param_bytes_per_rank(MOE, dp, tp, pp, model.mesh.coords, "float32", zero, ep=ep)
+        return measured, param_bytes_per_rank(config, dp, tp, pp, model.mesh.coords, "float32", zero, ep=ep)
     for measured, planned in run_threads(dp * tp * pp, held):
         assert measured == planned
 
@@ -112,3 +118,13 @@ def test_the_step_time_charges_the_all_to_alls_and_the_experts_whole_on_every_tp
         2 * all_to_all_seconds(config, tokens, 2, 4, *link(load_profile("laptop-cpu"), 1, 2)[1:]))
     with pytest.raises(ValueError, match="sequence parallelism is not composed with experts"):
         estimate(config, Layout(tp=2, sequence_parallel=True), batch=8, profile="laptop-cpu")
+
+
+def test_the_plan_command_takes_fine_grained_and_shared_experts(capsys):
+    from parallel.plan.__main__ import main
+    main(["--n-layer", "2", "--d-model", "64", "--n-head", "4", "--vocab", "64", "--seq", "32", "--experts", "8",
+          "--expert-hidden", "64", "--shared-experts", "1", "--devices", "4", "--batch", "8", "--top", "1"])
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64, n_experts=8, expert_hidden=64,
+                       shared_experts=1)
+    out = capsys.readouterr().out
+    assert f"= {dense_param_count(config):,} parameters ({active_param_count(config):,} active per token)" in out
