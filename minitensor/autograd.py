@@ -10,7 +10,7 @@ import contextlib
 import math
 import threading
 
-from minitensor import dtypes, speed
+from minitensor import dtypes, speed, versions
 
 
 class _ThreadState(threading.local):
@@ -147,6 +147,7 @@ class Function:
             _state.tracer(cls, inputs, params, node, result)
         if needs_grad:
             node.inputs = graph_inputs(inputs)
+            node.versions = versions.record(node, (*inputs, result))  # backward checks them (versions.check)
             result._place = Place(result, node)  # a fresh tensor: its place, made by this node
         else:
             node.saved = ()
@@ -276,6 +277,7 @@ def run_backward(root, grad, retain_graph=False, weights=None):
         if node is None:
             tensor._accumulate_grad(grad)
             continue
+        versions.check(node)
         input_grads = node_gradients(node, grad) if weights is None else weights.split(node, grad)
         for inp, g in zip(node.inputs, input_grads):
             if g is None or not inp.requires_grad:

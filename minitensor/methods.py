@@ -11,6 +11,7 @@ from minitensor import (
     activations,
     comparison,
     indexing,
+    inplace,
     math_ops,
     ops,
     rearrange,
@@ -47,7 +48,8 @@ ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "s
            "absolute": math_ops.abs, "arcsin": math_ops.asin, "arccos": math_ops.acos, "arctan": math_ops.atan,
            "greater": comparison.gt, "less": comparison.lt,
            "astype": ops.cast, "__getitem__": shape_ops.getitem,  # y[idx]: a GetItem (minitensor.shape_ops)
-           "__setitem__": indexing.setitem}  # y[idx] = v: an IndexPut (minitensor.indexing)
+           "__setitem__": indexing.setitem,  # y[idx] = v: an IndexPut (minitensor.indexing)
+           **inplace.operators(ops.add, ops.sub, ops.mul, ops.div)}  # x += y, ... (minitensor.inplace)
 
 
 def _cast_to(dtype):
