@@ -30,7 +30,7 @@ from . import cluster_cli
 from .layout import PRECISIONS, SCHEDULES, Layout, get_precision
 from .memory import memory_per_rank, micro_batch_size
 from .model import CONFIGS, DEFAULT_BATCH, GPTConfig, dense_param_count, get_config, has_experts
-from .moe import active_param_count
+from .moe import active_param_count, expert_fields
 from .profiles import load_profile, packaged_profiles
 from .search import MAX_SEARCH_STEPS, longest_sequence, plan
 
@@ -69,8 +69,8 @@ def build_parser():
                         help="bert: the same blocks, a segment embedding and an MLM head tied to the embedding")
     parser.add_argument("--experts", type=int, help="a mixture of experts: E expert MLPs in every --moe-every-th "
                         "block; the search also tries expert parallelism (ep dividing dp and E)")
-    parser.add_argument("--top-k", type=int, default=2, help="experts each token runs (with --experts; default 2)")
-    parser.add_argument("--moe-every", type=int, default=1, help="every M-th block is a mixture of experts "
+    parser.add_argument("--top-k", type=int, help="experts each token runs (with --experts; default 2)")
+    parser.add_argument("--moe-every", type=int, help="every M-th block is a mixture of experts "
                         "(with --experts; default 1: all)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
@@ -124,10 +124,10 @@ def model_config(args, parser):
     if not args.config and len(given) < len(DIMS):
         missing = [f"--{arg.replace('_', '-')}" for arg, f in DIMS.items() if f not in given]
         parser.error(f"give --config or all model dims; missing {' '.join(missing)}")
-    if args.experts:
-        if args.model == "bert" or args.top_k > args.experts:
-            parser.error(f"--experts {args.experts} needs --model gpt and --top-k {args.top_k} ≤ --experts")
-        given.update(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every)
+    try:
+        given.update(expert_fields(args, given.get("n_layer") or get_config(args.config).n_layer))
+    except ValueError as error:
+        parser.error(str(error))
     try:
         config = replace(get_config(args.config), **given) if args.config else GPTConfig(**given)
     except ValueError as error:  # the one left after the flag checks: "d_model=1001 is not divisible by n_head=8"
@@ -237,7 +237,7 @@ def main(argv=None):
 def check_measurable(config, micro_batches, flag, parser):
     """parser.error unless one block of `config` on each (micro-batch, tp) fits MAX_MEASURED_BYTES here,
     as the planner counts a one-block model (weights, gradients, AdamW states, activations; float32)."""
-    one_block = replace(config, n_layer=1)
+    one_block = replace(config, n_layer=1, moe_every=1)  # the largest block: a MoE one if any
     need = max((memory_per_rank(one_block, Layout(tp=tp), b)["total"] for b, tp in micro_batches), default=0)
     if need > MAX_MEASURED_BYTES:
         parser.error(f"{flag} runs one block here and it would need {gib(need)} GiB, over the bound of "

@@ -102,9 +102,9 @@ def build_parser():
     moe.add_argument("--ep", type=int, default=1, help="expert-parallel ranks: E/ep experts each; ep divides --dp")
     moe.add_argument("--capacity-factor", type=float, metavar="C", help="at most ⌈C·T·k/E⌉ tokens per expert and "
                      "sequence, the rest dropped (default: dropless)")
-    moe.add_argument("--moe-every", type=int, default=1, metavar="M", help="every M-th block is MoE (default 1)")
-    moe.add_argument("--aux-loss-coef", type=float, default=0.01, metavar="A", help="balancing loss α (default 0.01)")
-    moe.add_argument("--z-loss-coef", type=float, default=0.0, metavar="B", help="router z-loss β (default 0)")
+    moe.add_argument("--moe-every", type=int, metavar="M", help="every M-th block is MoE (default 1)")
+    moe.add_argument("--aux-loss-coef", type=float, metavar="A", help="balancing loss α (default 0.01)")
+    moe.add_argument("--z-loss-coef", type=float, metavar="B", help="router z-loss β (default 0)")
     layout.add_argument("--threads", type=int, metavar="N", help="run N ranks as threads of this process (no MPI)")
     comm = p.add_argument_group("communication (parallel.comm.link, parallel.data_parallel.comm_hooks, parallel.data_parallel.local_sgd)")
     comm.add_argument("--link", metavar="NAME|ALPHA,BETA", help="simulate a network: every operation takes at least "
@@ -157,8 +157,10 @@ def fill_defaults(args):
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     args.dtype = args.dtype or "float32"
-    if args.experts > 0 and args.top_k is None:
-        args.top_k = min(2, args.experts)
+    if args.experts > 0:  # the MoE flags' defaults; given without --experts they are refused (flag_checks)
+        for name, value in (("top_k", min(2, args.experts)), ("moe_every", 1), ("aux_loss_coef", 0.01),
+                            ("z_loss_coef", 0.0)):
+            setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     if args.precision not in ("fp16", "bf16"):
         args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)

@@ -9,6 +9,7 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..comm.link import parse_link
 from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
+from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -145,7 +146,8 @@ def check_expert_args(args):
     """--experts and its flags: E, k, ep and dp agree; the layouts not composed with experts yet refused."""
     if not args.experts:
         given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name, unset in
-                 (("ep", 1), ("top_k", None), ("capacity_factor", None)) if getattr(args, name) != unset]
+                 (("ep", 1), ("top_k", None), ("capacity_factor", None), ("moe_every", None),
+                  ("aux_loss_coef", None), ("z_loss_coef", None)) if getattr(args, name) != unset]
         if given:
             raise ValueError(f"{', '.join(given)} needs --experts E (a mixture of experts)")
         return
@@ -162,15 +164,8 @@ def check_expert_args(args):
     if args.cp > 1 and args.capacity_factor is not None:
         raise ValueError(f"--capacity-factor {args.capacity_factor} with --cp {args.cp}: a capacity keeps each "
                          f"sequence's earliest tokens first, which lie on other cp ranks; leave it off (dropless)")
-    if args.precision in ("fp16", "bf16"):  # measured: fp16 under --tp 2 routed a token elsewhere at step 1
-        raise ValueError(f"{flag} with --precision {args.precision}: routing is a discrete choice, and 16-bit rounding "
-                         f"that differs between layouts sends a token to another expert, so no tolerance compares "
-                         f"the layout with one device; train experts in float32 or float64")
-    others = ["--model bert" if args.model == "bert" else None,
-              f"--compress {args.compress}" if args.compress != "none" else None,
-              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
-              f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None]
-    others = [o for o in others if o]
-    if others:
-        raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --recompute-activations, --link, --trace, --save and --resume")
+    problem = moe_block_problem(args.n_layer, args.moe_every) or expert_composition_problem(
+        args.experts, precision=args.precision, local_steps=args.local_steps, compress=args.compress,
+        async_staleness=args.async_staleness, model=args.model)
+    if problem:
+        raise ValueError(problem)

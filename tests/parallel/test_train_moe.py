@@ -56,6 +56,12 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
     (["--experts", "2", "--compress", "sign", "--dp", "2", "--threads", "2"],
      "--experts 2 does not combine with --compress sign yet"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
+    (["--experts", "4", "--moe-every", "100"], "--moe-every 100 with --n-layer 2 places no MoE block"),
+    (["--moe-every", "2"], "--moe-every 2 needs --experts E"),
+    (["--aux-loss-coef", "0.1"], "--aux-loss-coef 0.1 needs --experts E"),
+    (["--z-loss-coef", "0.1"], "--z-loss-coef 0.1 needs --experts E"),
+    (["--experts", "2", "--local-steps", "2", "--dp", "2", "--threads", "2"],
+     "--experts 2 does not combine with --local-steps 2 yet"),
     (["--experts", "2", "--cp", "2", "--capacity-factor", "1.0", "--threads", "2"],
      "--capacity-factor 1.0 with --cp 2: a capacity keeps each sequence's earliest tokens first"),
 ])
