@@ -178,7 +178,10 @@ def main(argv=None):
         return cluster_cli.run(args, parser, model_config)
     if args.calibrate:
         from .calibrate import calibrate
-        calibrate(args.output)
+        try:
+            calibrate(args.output)
+        except ValueError as error:
+            parser.error(str(error))
         return 0
     config = model_config(args, parser)
     if args.auto_shard:

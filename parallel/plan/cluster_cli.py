@@ -14,7 +14,7 @@ al. 2022's modes.
 import json
 
 from .cluster import DDP, figures, layout_error, model_flops
-from .cluster_search import best_steps, with_micro_batches
+from .cluster_search import best_steps, why_none_runs, with_micro_batches
 from .profiles import load_profile
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
@@ -74,6 +74,9 @@ def top_layouts(config, profile, devices, batch, k):
     best = {}
     for st in best_steps(config, profile, devices, batch):   # fastest first: the first of each (tp, pp, dp)
         best.setdefault((st.tp, st.pp, st.dp), st)
+    if not best:
+        raise ValueError(f"no layout of {devices} GPUs runs this model (of the (tp, pp, dp) tried: "
+                         f"{why_none_runs(config, profile, devices, batch)})")
     return [{"tp": st.tp, "pp": st.pp, "dp": st.dp, **described(st, config, batch, profile)}
             for st in list(best.values())[:k]]
 
