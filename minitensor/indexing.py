@@ -176,6 +176,10 @@ def index_select(a, dim, index):
     if index.ndim > 1 or index.dtype.kind not in "iu":
         raise ValueError(f"index_select: index must be a 0-d or 1-d integer tensor, got {index.dtype} {index.shape}")
     dim = check_dim("index_select", dim, a.ndim or 1, a.shape)
+    length = a.shape[dim] if a.ndim else 1
+    if index.size and not (0 <= index.min() and index.max() < length):  # PyTorch refuses −1 too, as gather does
+        raise IndexError(f"index_select: index [{index.min()}, {index.max()}] is out of range [0, {length}) "
+                         f"for dim {dim} of {a.shape}")
     return a[(slice(None),) * dim + (index.reshape(-1),)] if a.ndim else a.reshape(1)[index.reshape(-1)]
 
 

@@ -174,7 +174,7 @@ def main(argv=None):
     too_large = bad_flag(args, {dest: at_most(high) for dest, high in LIMITS.items()})
     if too_large:
         parser.error(f"{too_large}, the planner's bound")
-    if args.validate_published or args.layout or args.json:
+    if args.validate_published or args.layout is not None or args.json:
         return cluster_cli.run(args, parser, model_config)
     if args.calibrate:
         from .calibrate import calibrate

@@ -121,3 +121,17 @@ def test_the_cluster_search_of_no_runnable_layout_explains_under_json(capsys):
                        "--json"], capsys)
     assert line.startswith("python -m parallel.plan: error: --json: no layout of 1000000 GPUs runs this model (of "
                            "the (tp, pp, dp) tried: ") and "does not divide n_head=96" in line
+
+
+CLUSTER = ["--config", "gpt3-175b", "--device", "a100-80gb", "--batch", "1536"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([*CLUSTER, "--devices", "3072", "--layout", "tp=²,pp=64,dp=6"], "--layout 'tp=²,pp=64,dp=6': 'tp=²' is not one"),
+    ([*CLUSTER, "--devices", "3072", "--layout", ""], "--layout '': '' is not one of tp=, pp=, dp="),
+    (["--validate-published", "--json"], "--validate-published runs the published layouts on their own devices "
+                                         "and prints a table; it takes no --json"),
+    (["--validate-published", "--layout", "tp=1,pp=1,dp=1", "--devices", "8"], "it takes no --layout, --devices"),
+])
+def test_a_flag_the_cluster_model_would_misread_or_ignore_is_one_line(argv, message, capsys):
+    assert message in error_line(argv, capsys)
