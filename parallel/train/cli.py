@@ -17,7 +17,7 @@ from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
-from .errors import configure_world, log_errors_to, seconds
+from .errors import configure_world, log_errors_to, seconds, write_error_file
 from .finite import TrainingStopped
 from .flag_checks import check_args
 from .loop import model_config, train
@@ -194,7 +194,8 @@ def main(argv=None):
             return run_threads(args.threads, train, args)[0]
         return train(args)
     except (CheckpointError, TrainingStopped) as exc:  # every rank stops alike, with the same message
-        exit_together(parser, launched, 1, f"{prefix}{exc}\n")
+        line = f"{prefix}{exc}"
+        exit_together(parser, launched, 1, f"{line}{write_error_file(line, launched)}\n")
 
 
 def exit_together(parser, launched, status, error):

@@ -1,6 +1,9 @@
 """Every flag of `python -m parallel.train` checked before any work: alone (RANGES), against
 the training dtype (FLOAT_FLAGS) and in combination (check_args), each error one message
 that names the values."""
+import os
+from pathlib import Path
+
 import numpy as np
 
 from minitensor.amp import precision_policy
@@ -84,10 +87,21 @@ def check_args(args, world_size):
         raise ValueError("--model bert trains on the masked addition task; --data is for --model gpt")
     check_communication_args(args)
     check_expert_args(args)
+    if args.log_dir:
+        check_log_dir(args.log_dir)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:
         raise ValueError("--overwrite needs --save DIR")
+
+
+def check_log_dir(directory):
+    """--log-dir is written when a rank fails: a directory there must be possible now, not found impossible then."""
+    existing = next(path for path in (Path(directory), *Path(directory).parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--log-dir {directory}: {existing} is a file, so no directory can be made there")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--log-dir {directory}: {existing} is not writable")
 
 
 def length_hint(args):
