@@ -9,6 +9,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.data import AdditionTask
+from minitensor.flags import AT_LEAST_1, parse_checked
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
@@ -52,7 +53,7 @@ def dispatch_grid(task):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60)
-    args = parser.parse_args(argv)
+    args = parse_checked(parser, argv, {"steps": AT_LEAST_1})
     task = AdditionTask(digits=2, seed=0)
     for aux in (0.0, 0.01):
         load = loads(aux, args.steps, task)
