@@ -70,6 +70,8 @@ def check_args(args, world_size):
         if args.sequence_parallel and args.block_size // args.cp % args.tp:
             raise ValueError(f"--sequence-parallel with --cp {args.cp} needs the sequence length {args.block_size} "
                              f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")
+    if args.sequence_parallel and args.tp == 1:
+        raise ValueError("--sequence-parallel shards by sequence what the tp ranks would each repeat, but --tp is 1")
     if args.sequence_parallel and args.block_size % args.tp:
         raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
                          f"--tp {args.tp} ({length_hint(args)})")
@@ -143,7 +145,11 @@ def check_parameter_server_args(args, compress):
     flag = f"--async-staleness {args.async_staleness}"
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
-              f"--zero {args.zero}" if args.zero > 1 else None,
+              f"--zero {args.zero}" if args.zero else None,
+              "--recompute-activations" if args.recompute_activations else None,
+              f"--schedule {args.schedule}" if args.schedule != "1f1b" else None,
+              f"--chunks {args.chunks}" if args.chunks > 1 else None,
+              f"--eval-every {args.eval_every}" if args.eval_every else None,
               f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
