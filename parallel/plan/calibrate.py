@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..comm.checks import timeout_problem
 from ..launch import BLAS_THREAD_VARS, run_on_mpi_ranks
 from .profiles import cache_dir, packaged_profiles
 
@@ -140,6 +141,9 @@ def calibrate(output=None):
     """Measure, write the profile JSON to `output` (default: the cache dir), return it."""
     path = Path(output) if output else cache_dir() / "laptop-cpu-calibrated.json"
     check_writable(path)  # before the minute of measuring
+    problem = timeout_problem("python -m parallel.plan --calibrate")  # its MPI ranks read it
+    if problem:
+        raise ValueError(problem.split(": error: ", 1)[1])
     profile = calibrated_profile(*measure())
     path.write_text(json.dumps(profile, indent=2) + "\n")
     flops = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in profile["peak_flops"].items())

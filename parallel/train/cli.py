@@ -11,6 +11,7 @@ from minitensor.flags import DashValueParser
 
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
+from ..comm.checks import timeout_problem
 from ..comm.gather import all_gather_json
 from ..comm.link import LINKS
 from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
@@ -170,10 +171,11 @@ def fill_defaults(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        launched = configure_world(args)
-    except ValueError as exc:  # a bad $PARALLEL_TIMEOUT, read only when --timeout is not given
-        parser.exit(2, f"{parser.prog}: error: {exc}; fix it, or pass --timeout SECONDS, which wins over it\n")
+    problem = None if args.timeout else timeout_problem(parser.prog, "fix it, or pass --timeout SECONDS, which wins "
+                                                                     "over it")  # read only without --timeout
+    if problem:
+        parser.exit(2, problem + "\n")
+    launched = configure_world(args)
     if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
     log_errors_to(args.log_dir or args.save)
