@@ -101,6 +101,17 @@ def value_read(tensor, how):
         tracer.value_read(tensor, how)
 
 
+def recording():
+    return _state.tracer is not None
+
+
+def rebound(tensor, source):
+    """`tensor` now holds `source`'s value (an in-place op, `x[i] = v`): tell this thread's recorder,
+    if one is recording (graph.trace names `tensor` by `source`'s node from here on)."""
+    if _state.tracer is not None and hasattr(_state.tracer, "rebound"):
+        _state.tracer.rebound(tensor, source)
+
+
 class PackedSaved:
     """A node's saved arrays as the pack hook left them; reading one unpacks it."""
 

@@ -10,7 +10,7 @@ op is a plain numpy read, write or `np.add.at`, and its backward the reverse one
 """
 import numpy as np
 
-from minitensor import comparison, ops
+from minitensor import autograd, comparison, ops
 from minitensor.autograd import Function, is_grad_enabled
 from minitensor.operands import dtype_mismatch, unbroadcast
 from minitensor.rearrange import expand
@@ -115,8 +115,10 @@ def setitem(a, index, value):
     value = ops.cast(value, a.dtype) if isinstance(value, Tensor) else Tensor(np.asarray(value).astype(a.dtype))
     old = Tensor(a.data, requires_grad=a.requires_grad)
     old._place = a._place  # the old value keeps a's place in the graph; a takes the new one
+    autograd.rebound(old, a)  # a trace reads a's node as old, and a as the IndexPut from here on
     new = IndexPut.apply(old, value, index=index)
     a.data, a._place, a.requires_grad = new.data, new._place, new.requires_grad
+    autograd.rebound(a, new)
 
 
 def _index_tensor(op, a, dim, index):

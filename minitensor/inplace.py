@@ -5,8 +5,9 @@ written into x's array, so every view of it sees the update (a parameter inside 
 optimizer's flat buffer: the manual SGD step `p -= lr * p.grad`), and x's version goes up
 by one: a node that saved that array for backward then refuses at backward
 (minitensor.versions) instead of differentiating at the new values.
-In the graph (grad mode on and a side requires grad), x becomes the op's output on its
-old value, as `x[i] = v` does (indexing.setitem), and what backward saved stays intact.
+In the graph (grad mode on and a side requires grad), and while a trace records, x becomes
+the op's output on its old value, as `x[i] = v` does (indexing.setitem): what backward saved
+stays intact, and the traced graph reads the op's result wherever x is read next.
 A leaf that requires grad refuses outside `no_grad`: its gradient is taken at its value.
 """
 import numpy as np
@@ -32,7 +33,7 @@ def _in_place(op, symbol, name):
         if needs_graph and x.is_leaf and x.requires_grad:
             raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place operation (x {symbol} y); "
                                f"update it inside mt.no_grad(), or use x = x {symbol[0]} y")
-        if not needs_graph:
+        if not needs_graph and not autograd.recording():
             result = op(x, other)
             _check_result(x, result, symbol)
             np.copyto(x.data, result.data, casting="same_kind")
@@ -40,10 +41,12 @@ def _in_place(op, symbol, name):
             return x
         old = Tensor(x.data, requires_grad=x.requires_grad)
         old._place = x._place  # the old value keeps x's place in the graph; x takes the new one
+        autograd.rebound(old, x)  # a trace records the op on x's node, and x as its result
         result = op(old, other)
         _check_result(x, result, symbol)
         result = result.to(x.dtype)
-        x.data, x._place, x.requires_grad, x._version_counter = result.data, result._place, True, None
+        x.data, x._place, x.requires_grad, x._version_counter = result.data, result._place, needs_graph or x.requires_grad, None
+        autograd.rebound(x, result)
         return x
     update.__name__ = update.__qualname__ = name
     update.__doc__ = f"x {symbol} y: {op.__name__} in place (minitensor.inplace)."

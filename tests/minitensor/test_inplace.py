@@ -99,3 +99,23 @@ def test_an_unsaved_array_written_in_place_does_not_stop_backward():
 def test_results_that_do_not_fit_x_are_refused(x, y, match):
     with pytest.raises(RuntimeError, match=match):
         x += y
+
+
+class InPlaceBlock(mt.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y += 1
+        y[0] = y[1] * 4  # an IndexPut on y's new node
+        z = x * 1
+        z *= y
+        return z * 3
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_trace_follows_in_place_ops_and_assignments_to_the_values_of_other_inputs(grad):
+    """The graph reads the op's result wherever x is read next (autograd.rebound), not x's old node."""
+    from minitensor.graph import trace
+    with mt.enable_grad() if grad else mt.no_grad():
+        graph = trace(InPlaceBlock(), mt.tensor([1.0, 1.5]))
+    for values in ([1.0, 1.5], [2.0, 0.0], [-3.0, 0.25]):
+        np.testing.assert_array_equal(graph(mt.tensor(values)).data, InPlaceBlock()(mt.tensor(values)).data)
