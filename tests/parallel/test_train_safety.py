@@ -35,7 +35,9 @@ def trained(out):
 
 
 def tree(directory):
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+    """The files of `directory` but a failing run's error lines (rank_NNNNN.error: --log-dir defaults to --save)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(Path(directory).rglob("*"))
+            if p.is_file() and not p.match("rank_*.error")}
 
 
 # --- item 1: --save never prunes the checkpoint it needs -----------------------------------------
