@@ -2,6 +2,7 @@
 
     python -m parallel.elastic --ranks 4 --min-ranks 2 --max-restarts 3 -- \\
         --dp 4 --batch 8 --steps 100 --save ckpt --save-every 1 [other parallel.train flags]
+    python -m parallel.launch --elastic ...      (the same)
 
 The agent (torchrun's elastic agent, for one MPICH host) runs the job as
 `mpiexec -disable-auto-cleanup -n N python -m parallel.train FLAGS --log-dir DIR`, where each
@@ -127,6 +128,28 @@ class Trace:
                  "args": details, **({"dur": (end - begin) * 1e6} if end else {"s": "g"})}
         self.events.append(event)
         self.path.write_text(json.dumps({"traceEvents": self.events}))
+
+
+def rank_pid(root, rank):
+    """The pid of MPI rank `rank` of parallel.train among process `root`'s descendants (its
+    PMI_RANK), or None: how a test or a demonstration finds the rank to kill."""
+    children = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            children.setdefault(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        try:
+            environ, cmdline = (Path(f"/proc/{pid}/{name}").read_bytes() for name in ("environ", "cmdline"))
+        except OSError:
+            continue
+        if f"PMI_RANK={rank}".encode() in environ.split(b"\0") and b"parallel.train" in cmdline:
+            return pid
+    return None
 
 
 def say(line):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mpi_launch import MPIEXEC, requires_mpiexec
 
-from parallel.elastic import main, shrink, verdict
+from parallel.elastic import main, rank_pid, shrink, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "2", "--batch", "8", "--digits", "2", "--dtype", "float64",
@@ -64,30 +64,6 @@ def test_what_the_agent_cannot_restart_is_one_line(flags, message, capsys):
     assert exit_info.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
 
 
-def rank_pid(agent, rank):
-    """The pid of MPI rank `rank` among the agent's descendants (PMI_RANK in its environment)."""
-    children = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(proc.name))
-            except (OSError, IndexError):
-                continue
-    stack, found = [agent.pid], []
-    while stack:
-        pid = stack.pop()
-        stack += children.get(pid, [])
-        try:
-            environ = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"PMI_RANK={rank}".encode() in environ and b"parallel.train" in (
-                Path("/proc") / str(pid) / "cmdline").read_bytes():
-            found.append(pid)
-    return found[0] if found else None
-
-
 def weights(step_dir):
     """Every array of every shard of a checkpoint, by file and name."""
     return {(path.name, key): value for path in sorted(step_dir.glob("rank_*.npz"))
@@ -115,7 +91,7 @@ def test_a_job_that_loses_a_rank_goes_on_with_the_others_bit_for_bit(fault, tmp_
         deadline = time.time() + 240
         while not (save / "step_000003").is_dir() and time.time() < deadline and agent.poll() is None:
             time.sleep(0.2)
-        pid = rank_pid(agent, 3)
+        pid = rank_pid(agent.pid, 3)
         assert pid is not None, "rank 3 of the first attempt was not found"
         os.kill(pid, fault)
         out, err = agent.communicate(timeout=400)
