@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mpi_launch import MPIEXEC, requires_mpiexec
 
 from parallel.elastic import main, rank_pid, shrink, verdict
@@ -33,6 +35,17 @@ def layout(dp=4, tp=1, pp=1, cp=1, ep=1, microbatches=1):
 ])
 def test_the_new_layout_keeps_the_global_batch_and_the_micro_batch_size(old, batch, ranks, new):
     assert shrink(old, batch, ranks) == new
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([1, 2]),
+       st.integers(1, 4), st.sampled_from([1, 2, 4]), st.integers(1, 3), st.integers(0, 64))
+def test_the_new_layout_is_the_largest_dp_that_fits_keeping_every_rule(tp, pp, cp, ep, replicas, micro_batches, rows,
+                                                                       ranks):
+    old = layout(dp=ep * replicas, tp=tp, pp=pp, cp=cp, ep=ep, microbatches=micro_batches)
+    batch, cell = old.dp * micro_batches * rows, tp * pp * cp
+    fits = [d for d in range(1, old.dp + 1) if d * cell <= ranks and d % ep == 0 and batch % (d * rows) == 0]
+    assert shrink(old, batch, ranks) == ((max(fits), batch // (max(fits) * rows)) if fits else None)
 
 
 RULES = argparse.Namespace(min_ranks=2, max_restarts=2)
