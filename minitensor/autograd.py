@@ -10,7 +10,7 @@ import contextlib
 import math
 import threading
 
-from minitensor import dtypes, speed
+from minitensor import dtypes, speed, versions
 
 
 class _ThreadState(threading.local):
@@ -101,6 +101,17 @@ def value_read(tensor, how):
         tracer.value_read(tensor, how)
 
 
+def recording():
+    return _state.tracer is not None
+
+
+def rebound(tensor, source):
+    """`tensor` now holds `source`'s value (an in-place op, `x[i] = v`): tell this thread's recorder,
+    if one is recording (graph.trace names `tensor` by `source`'s node from here on)."""
+    if _state.tracer is not None and hasattr(_state.tracer, "rebound"):
+        _state.tracer.rebound(tensor, source)
+
+
 class PackedSaved:
     """A node's saved arrays as the pack hook left them; reading one unpacks it."""
 
@@ -147,6 +158,7 @@ class Function:
             _state.tracer(cls, inputs, params, node, result)
         if needs_grad:
             node.inputs = graph_inputs(inputs)
+            node.versions = versions.record(node, (*inputs, result))  # backward checks them (versions.check)
             result._place = Place(result, node)  # a fresh tensor: its place, made by this node
         else:
             node.saved = ()
@@ -276,6 +288,7 @@ def run_backward(root, grad, retain_graph=False, weights=None):
         if node is None:
             tensor._accumulate_grad(grad)
             continue
+        versions.check(node)
         input_grads = node_gradients(node, grad) if weights is None else weights.split(node, grad)
         for inp, g in zip(node.inputs, input_grads):
             if g is None or not inp.requires_grad:

@@ -10,7 +10,7 @@ op is a plain numpy read, write or `np.add.at`, and its backward the reverse one
 """
 import numpy as np
 
-from minitensor import comparison, ops
+from minitensor import autograd, comparison, ops
 from minitensor.autograd import Function, is_grad_enabled
 from minitensor.errors import DTypeError, IndexRangeError, ShapeError
 from minitensor.operands import dtype_mismatch, unbroadcast
@@ -121,8 +121,10 @@ def setitem(a, index, value):
     value = ops.cast(value, a.dtype) if isinstance(value, Tensor) else Tensor(np.asarray(value).astype(a.dtype))
     old = Tensor(a.data, requires_grad=a.requires_grad)
     old._place = a._place  # the old value keeps a's place in the graph; a takes the new one
+    autograd.rebound(old, a)  # a trace reads a's node as old, and a as the IndexPut from here on
     new = IndexPut.apply(old, value, index=index)
     a.data, a._place, a.requires_grad = new.data, new._place, new.requires_grad
+    autograd.rebound(a, new)
 
 
 def index_tensor(op, a, dim, index):
@@ -184,6 +186,10 @@ def index_select(a, dim, index):
     if index.ndim > 1 or index.dtype.kind not in "iu":
         raise ValueError(f"index_select: index must be a 0-d or 1-d integer tensor, got {index.dtype} {index.shape}")
     dim = check_dim("index_select", dim, a.ndim or 1, a.shape)
+    length = a.shape[dim] if a.ndim else 1
+    if index.size and not (0 <= index.min() and index.max() < length):  # PyTorch refuses −1 too, as gather does
+        raise IndexError(f"index_select: index [{index.min()}, {index.max()}] is out of range [0, {length}) "
+                         f"for dim {dim} of {a.shape}")
     return a[(slice(None),) * dim + (index.reshape(-1),)] if a.ndim else a.reshape(1)[index.reshape(-1)]
 
 

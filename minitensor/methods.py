@@ -12,6 +12,7 @@ from minitensor import (
     binary_math,
     comparison,
     indexing,
+    inplace,
     math_ops,
     ops,
     rearrange,
@@ -58,7 +59,8 @@ ALIASES = {"view": shape_ops.reshape, "multiply": ops.mul, "divide": ops.div, "s
            "__mod__": binary_math.remainder, "__rmod__": lambda self, other: binary_math.remainder(other, self),
            "__lshift__": comparison.bitwise_left_shift, "__rshift__": comparison.bitwise_right_shift,
            "__rlshift__": lambda self, other: comparison.bitwise_left_shift(other, self),
-           "__rrshift__": lambda self, other: comparison.bitwise_right_shift(other, self)}
+           "__rrshift__": lambda self, other: comparison.bitwise_right_shift(other, self),
+           **inplace.operators(ops.add, ops.sub, ops.mul, ops.div)}  # x += y, ... (minitensor.inplace)
 
 
 def _cast_to(dtype):

@@ -161,8 +161,10 @@ def t(a):
 
 
 def swapaxes(a, axis1, axis2):
+    i, j = (check_dim("transpose", axis, a.ndim or 1, a.shape) for axis in (axis1, axis2))
     axes = list(range(a.ndim))
-    axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+    if a.ndim:
+        axes[i], axes[j] = axes[j], axes[i]
     return permute(a, axes)
 
 

@@ -4,7 +4,7 @@ import reprlib
 
 import numpy as np
 
-from minitensor import autograd, dtypes
+from minitensor import autograd, dtypes, versions
 from minitensor.promotion import DEFAULT_FLOAT  # float32, PyTorch's default float dtype
 
 # PyTorch's dtype names; they are numpy's dtypes, so `mt.float32 is np.float32`.
@@ -59,6 +59,7 @@ class Tensor:
     __array_priority__ = 1000  # `ndarray * Tensor` defers to Tensor.__rmul__
     _grad_slot = None  # where the first gradient of a step goes, if an optimizer's flat layout gave one
     _place = None  # this tensor's place in the graph (autograd.Place), once an op made it
+    _version_counter = None  # its versions.Version once a node saved its array or it was written in place
 
     def __init__(self, data, requires_grad=False):
         self.data = data if isinstance(data, np.ndarray) else _as_array(data)
@@ -83,6 +84,7 @@ class Tensor:
     size = property(lambda self: _Size(self.data.shape))  # t.size (numpy) and t.size(), t.size(d) (PyTorch)
     T = property(lambda self: self.transpose())
     is_leaf = property(lambda self: self._node is None)
+    _version = property(lambda self: versions.version_of(self).count)  # in-place writes so far (PyTorch's)
 
     @property
     def _node(self):

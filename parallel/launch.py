@@ -94,3 +94,9 @@ def run_on_mpi_ranks(n, module, *args, timeout=None):
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr}")
     return done.stdout
+
+
+if __name__ == "__main__":  # python -m parallel.launch --elastic ...: the agent (parallel/elastic.py) in this
+    if sys.argv[1:2] != ["--elastic"]:  # process's place, so that this module imports nothing of the project
+        sys.exit("usage: python -m parallel.launch --elastic --ranks N [--min-ranks K] [--max-restarts R] -- FLAGS")
+    os.execv(sys.executable, [sys.executable, "-m", "parallel.elastic", *sys.argv[2:]])

@@ -116,6 +116,13 @@ class Recorder:
         if self.is_dynamic(tensor):
             raise refuse_value_read(how)
 
+    def rebound(self, tensor, source):
+        """`tensor` stands for `source`'s node from now on (autograd.rebound: an in-place op rebinds it)."""
+        self.names[id(tensor)] = self.name_of(source)
+        self.keep.append(tensor)
+        if id(source) in self.dynamic:
+            self.dynamic.add(id(tensor))
+
     def saved_bytes(self, function):
         """Bytes of the activations `function` keeps that no earlier node keeps."""
         total = 0

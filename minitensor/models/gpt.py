@@ -70,9 +70,12 @@ class GPTConfig:
             raise ValueError(f"GPTConfig: n_experts must be a non-negative integer, got {self.n_experts!r}")
         if not 1 <= self.top_k <= self.n_experts:
             raise ValueError(f"GPTConfig: top_k={self.top_k} must be in [1, n_experts={self.n_experts}]")
-        if self.moe_every < 1 or (self.capacity_factor is not None and not self.capacity_factor > 0):
-            raise ValueError(f"GPTConfig: moe_every={self.moe_every} must be ≥ 1 and capacity_factor="
-                             f"{self.capacity_factor} None or > 0")
+        if not isinstance(self.moe_every, (int, np.integer)) or not 1 <= self.moe_every <= self.n_layer:
+            raise ValueError(f"GPTConfig: moe_every={self.moe_every!r} must be in [1, n_layer={self.n_layer}] "
+                             f"(blocks moe_every-1, 2·moe_every-1, ... are MoE: a larger one places none)")
+        if self.capacity_factor is not None and not 0 < self.capacity_factor < math.inf:
+            raise ValueError(f"GPTConfig: capacity_factor={self.capacity_factor} must be None (dropless) or a "
+                             f"finite number > 0")
         if self.expert_hidden is not None and (not isinstance(self.expert_hidden, (int, np.integer))
                                                or self.expert_hidden < 1):
             raise ValueError(f"GPTConfig: expert_hidden must be a positive integer or None, got {self.expert_hidden!r}")

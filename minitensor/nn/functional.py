@@ -58,7 +58,7 @@ class Softmax(Function):
         y = np.multiply(x32, scale)
         if mask is not None:
             np.copyto(y, -np.inf, where=mask)  # exp(−∞) = 0: masked entries get no weight
-        y -= y.max(axis=axis, keepdims=True)
+        y -= y.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: a 0-size axis gives an empty y, as in PyTorch
         np.exp(y, out=y)
         y /= y.sum(axis=axis, keepdims=True)
         self.y = dtypes.like(x.dtype, y)  # kept as returned: in the input's dtype
@@ -77,6 +77,8 @@ class Softmax(Function):
 
 
 def _log_softmax(x, axis):
+    if x.size == 0:  # an empty input (a 0-size axis too): empty, as in PyTorch
+        return x.copy()
     shifted = x - x.max(axis=axis, keepdims=True)
     shifted -= np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
     return shifted

@@ -101,8 +101,10 @@ def z_loss(logits, coef):
 
 
 def capacity(tokens, k, n_experts, factor):
-    """Assignments one expert takes from a group of `tokens` tokens: ⌈C·tokens·k/E⌉."""
-    return math.ceil(factor * tokens * k / n_experts)
+    """Assignments one expert takes from a group of `tokens` tokens: ⌈C·tokens·k/E⌉, at most
+    `tokens` (an expert takes a token once, so from C·k ≥ E on nothing is dropped, and a
+    C of 1e308 must not overflow the product)."""
+    return tokens if factor * k >= n_experts else math.ceil(factor * tokens * k / n_experts)
 
 
 def within_capacity(experts, group_size, cap):

@@ -4,6 +4,7 @@ import pkgutil
 import sys
 
 import parallel.bench
+from parallel.comm.checks import timeout_problem
 
 
 def available():
@@ -17,6 +18,10 @@ def main(argv):
             print(f"unknown benchmark {argv[0]!r}", file=sys.stderr)
         print("usage: python -m parallel.bench NAME [args...]\nbenchmarks: " + ", ".join(names))
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    problem = timeout_problem(f"python -m parallel.bench {argv[0]}")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     return importlib.import_module(f"parallel.bench.{argv[0]}").main(argv[1:])
 
 

@@ -132,6 +132,17 @@ def default_timeout():
     return check_timeout(os.environ.get("PARALLEL_TIMEOUT", DEFAULT_TIMEOUT_S), "PARALLEL_TIMEOUT")
 
 
+def timeout_problem(prog, hint="fix it, or unset it for the default"):
+    """The one-line error of a bad $PARALLEL_TIMEOUT, as a bad flag's ("PROG: error: ..."), or None.
+    Every program that communicates asks first (parallel.train, parallel.bench, --calibrate of
+    parallel.plan), instead of failing in its first collective with a traceback."""
+    try:
+        default_timeout()
+    except ValueError as error:
+        return f"{prog}: error: {error}; {hint}"
+    return None
+
+
 def default_debug():
     """$PARALLEL_DEBUG set to anything but '' or '0'."""
     return os.environ.get("PARALLEL_DEBUG", "0") not in ("", "0")

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..comm.checks import timeout_problem
 from ..launch import BLAS_THREAD_VARS, run_on_mpi_ranks
 from .profiles import cache_dir, packaged_profiles
 
@@ -122,11 +123,28 @@ def calibrated_profile(figures, note):
     return profile
 
 
+def check_writable(path):
+    """A ValueError naming `path` if the profile cannot be written there (tried: its directory made,
+    the file opened for appending, and removed again if it was new)."""
+    existed = path.exists()
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+        path.open("a").close()
+    except OSError as error:
+        raise ValueError(f"--output {path} cannot be written ({error.strerror}): give a writable file path") from None
+    if not existed:
+        path.unlink()
+
+
 def calibrate(output=None):
     """Measure, write the profile JSON to `output` (default: the cache dir), return it."""
     path = Path(output) if output else cache_dir() / "laptop-cpu-calibrated.json"
+    check_writable(path)  # before the minute of measuring
+    problem = timeout_problem("python -m parallel.plan --calibrate")  # its MPI ranks read it
+    if problem:
+        raise ValueError(problem.split(": error: ", 1)[1])
     profile = calibrated_profile(*measure())
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile, indent=2) + "\n")
     flops = ", ".join(f"{k} {v / 1e9:.3g} GFLOP/s" for k, v in profile["peak_flops"].items())
     print(f"matmul (one BLAS thread): {flops}")

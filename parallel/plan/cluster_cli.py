@@ -14,7 +14,7 @@ al. 2022's modes.
 import json
 
 from .cluster import DDP, figures, layout_error, model_flops
-from .cluster_search import best_steps, with_micro_batches
+from .cluster_search import best_steps, why_none_runs, with_micro_batches
 from .profiles import load_profile
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
@@ -44,7 +44,7 @@ def parse_layout(text):
         key, value = key.strip(), value.strip()
         if key in MODES and value not in MODES[key]:
             raise ValueError(f"--layout {text!r}: {item!r}: {key} is one of {', '.join(MODES[key])}")
-        if key not in MODES and (key not in KEYS or not value.isdigit() or int(value) < 1):
+        if key not in MODES and (key not in KEYS or not value.isascii() or not value.isdigit() or int(value) < 1):
             raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int, "
                              "recompute=full|selective, sp=0|1 or ddp=local|torch")
         if key in parts:
@@ -74,6 +74,9 @@ def top_layouts(config, profile, devices, batch, k):
     best = {}
     for st in best_steps(config, profile, devices, batch):   # fastest first: the first of each (tp, pp, dp)
         best.setdefault((st.tp, st.pp, st.dp), st)
+    if not best:
+        raise ValueError(f"no layout of {devices} GPUs runs this model (of the (tp, pp, dp) tried: "
+                         f"{why_none_runs(config, profile, devices, batch)})")
     return [{"tp": st.tp, "pp": st.pp, "dp": st.dp, **described(st, config, batch, profile)}
             for st in list(best.values())[:k]]
 
@@ -81,16 +84,21 @@ def top_layouts(config, profile, devices, batch, k):
 def run(args, parser, model_config):
     """Exit code of --validate-published, --layout, or --top K --json (parser.error on bad input)."""
     if args.validate_published:
+        ignored = [flag for flag, given in (("--json", args.json), ("--layout", args.layout is not None),
+                                            ("--devices", args.devices != 1)) if given]
+        if ignored:
+            parser.error(f"--validate-published runs the published layouts on their own devices and prints a "
+                         f"table; it takes no {', '.join(ignored)}")
         from .published import validate_published
         validate_published()
         return 0
     config = model_config(args, parser)
-    flag = "--layout" if args.layout else "--json"
+    flag = "--layout" if args.layout is not None else "--json"
     if args.batch is None:
         parser.error(f"{flag} needs --batch (global batch in sequences)")
     try:
         profile = cluster_profile(args)
-        if not args.layout:  # --top K --json: the K best layouts of the cluster
+        if args.layout is None:  # --top K --json: the K best layouts of the cluster
             print(json.dumps(top_layouts(config, profile, args.devices, args.batch, args.top)))
             return 0
         parts = parse_layout(args.layout)

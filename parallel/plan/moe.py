@@ -24,9 +24,34 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
 import math
 
 from ..alpha_beta import all_to_all
+from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
 from .model import dense_param_count, expert_param_count, expert_params_on_stage, matmul_weight_count
 
 COUNT_BYTES = 8  # the per-expert row counts travel as int64
+
+
+def expert_fields(args, n_layer):
+    """The GPTConfig fields the planner's --experts, --top-k, --moe-every, --expert-hidden,
+    --shared-experts give (none without --experts); a ValueError for what the trainer refuses
+    too (expert_parallel.composes)."""
+    if not args.experts:
+        given = [flag for flag, value in (("top-k", args.top_k), ("moe-every", args.moe_every),
+                                          ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts))
+                 if value]
+        if given:
+            raise ValueError(f"--{given[0]} needs --experts E (a mixture of experts)")
+        return {}
+    fields = dict(n_experts=args.experts, top_k=args.top_k or min(2, args.experts), moe_every=args.moe_every or 1,
+                  expert_hidden=args.expert_hidden, shared_experts=args.shared_experts)
+    if fields["top_k"] > args.experts:
+        raise ValueError(f"--top-k {fields['top_k']} exceeds --experts {args.experts}: a token cannot choose more "
+                         f"experts than there are")
+    problem = moe_block_problem(n_layer, fields["moe_every"]) or expert_composition_problem(
+        args.experts, precision=args.dtype, local_steps=args.local_steps if args.local_steps > 1 else None,
+        compress=args.compress, model=args.model)
+    if problem:
+        raise ValueError(problem)
+    return fields
 
 
 def moe_layers(config):

@@ -1,5 +1,6 @@
 """Device profiles: data in profiles.json, or a calibrated JSON file the user wrote."""
 import json
+import math
 import os
 from pathlib import Path
 
@@ -39,12 +40,41 @@ def read_json(path):
 
 
 def check_profile(profile, source):
+    """Every figure of a device profile, named with its value when it is not what the cost model
+    divides by or multiplies with: rates, sizes and counts positive and finite, efficiencies in
+    (0, 1], latencies finite and ≥ 0 (a negative peak ranked negative step times; a zero
+    efficiency or bandwidth divided by zero)."""
     if not isinstance(profile, dict):
         raise ValueError(f"the profile {source} is not a JSON object of a device's figures")
     missing = {"peak_flops", "memory_gib", "devices_per_node", "intra", "inter",
                "efficiency"} - set(profile)
     if missing:
         raise ValueError(f"profile {source} lacks {sorted(missing)}")
+    for kind in ("peak_flops", "intra", "inter"):
+        if not isinstance(profile[kind], dict) or not profile[kind]:
+            raise ValueError(f"profile {source}: {kind} must be a JSON object of figures, got {profile[kind]!r}")
+    figures = {"memory_gib": profile["memory_gib"], "devices_per_node": profile["devices_per_node"],
+               "efficiency": profile["efficiency"], **{f"peak_flops.{k}": v for k, v in profile["peak_flops"].items()},
+               **{f"{kind}.{k}": profile[kind].get(k) for kind in ("intra", "inter")
+                  for k in ("alpha_us", "bandwidth_gbps")},
+               **{f"cluster.{k}": v for k, v in profile.get("cluster", {}).items() if k != "gemm_tiles"}}
+    for name, value in figures.items():
+        problem = figure_problem(name, value)
+        if problem:
+            raise ValueError(f"profile {source}: {name} = {value!r} must be {problem}")
+
+
+def figure_problem(name, value):
+    """What `value` must be for the figure `name`, or None if it is that."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "a finite number"
+    if name.endswith("efficiency"):
+        return None if 0 < value <= 1 else "in (0, 1]: the fraction of the peak reached"
+    if name.endswith("alpha_us"):
+        return None if value >= 0 else "≥ 0 (a latency in µs)"
+    if name.endswith(("devices_per_node", "gpus_per_node", "sms")):
+        return None if value >= 1 and value == int(value) else "a whole number ≥ 1"
+    return None if value > 0 else "> 0"
 
 
 def peak_flops(profile, precision):

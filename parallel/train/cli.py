@@ -12,13 +12,14 @@ from minitensor.nn.attention_kernels import KERNELS
 
 from ..checkpoint.files import CheckpointError
 from ..comm import run_threads
+from ..comm.checks import timeout_problem
 from ..comm.gather import all_gather_json
 from ..comm.link import LINKS
 from ..context_parallel import COMM_TYPES as CP_COMM_TYPES
 from ..context_parallel import LAYOUTS as CP_LAYOUTS
 from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
-from .errors import configure_world, log_errors_to, seconds
+from .errors import configure_world, log_errors_to, seconds, write_error_file
 from .finite import TrainingStopped
 from .flag_checks import check_args
 from .loop import model_config, train
@@ -109,9 +110,9 @@ def build_parser():
     moe.add_argument("--ep", type=int, default=1, help="expert-parallel ranks: E/ep experts each; ep divides --dp")
     moe.add_argument("--capacity-factor", type=float, metavar="C", help="at most ⌈C·T·k/E⌉ tokens per expert and "
                      "sequence, the rest dropped (default: dropless)")
-    moe.add_argument("--moe-every", type=int, default=1, metavar="M", help="every M-th block is MoE (default 1)")
-    moe.add_argument("--aux-loss-coef", type=float, default=0.01, metavar="A", help="balancing loss α (default 0.01)")
-    moe.add_argument("--z-loss-coef", type=float, default=0.0, metavar="B", help="router z-loss β (default 0)")
+    moe.add_argument("--moe-every", type=int, metavar="M", help="every M-th block is MoE (default 1)")
+    moe.add_argument("--aux-loss-coef", type=float, metavar="A", help="balancing loss α (default 0.01)")
+    moe.add_argument("--z-loss-coef", type=float, metavar="B", help="router z-loss β (default 0)")
     moe.add_argument("--expert-hidden", type=int, metavar="H", help="an expert's hidden width (fine-grained "
                      "experts; default the MLP's, 4·d-model)")
     moe.add_argument("--shared-experts", type=int, default=0, metavar="S", help="experts every token runs beside "
@@ -176,8 +177,10 @@ def fill_defaults(args):
     args.dtype = args.dtype or "float32"
     if args.attention == "flash" and args.attention_block is None:
         args.attention_block = 64
-    if args.experts > 0 and args.top_k is None:
-        args.top_k = min(2, args.experts)
+    if args.experts > 0:  # the MoE flags' defaults; given without --experts they are refused (flag_checks)
+        for name, value in (("top_k", min(2, args.experts)), ("moe_every", 1), ("aux_loss_coef", 0.01),
+                            ("z_loss_coef", 0.0)):
+            setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     if args.precision not in ("fp16", "bf16"):
         args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)
@@ -187,10 +190,11 @@ def fill_defaults(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        launched = configure_world(args)
-    except ValueError as exc:  # a bad $PARALLEL_TIMEOUT, read only when --timeout is not given
-        parser.exit(2, f"{parser.prog}: error: {exc}; fix it, or pass --timeout SECONDS, which wins over it\n")
+    problem = None if args.timeout else timeout_problem(parser.prog, "fix it, or pass --timeout SECONDS, which wins "
+                                                                     "over it")  # read only without --timeout
+    if problem:
+        parser.exit(2, problem + "\n")
+    launched = configure_world(args)
     if args.threads is not None and launched.size > 1:
         parser.error(f"--threads {args.threads} inside an MPI job of {launched.size} ranks: use one or the other")
     log_errors_to(args.log_dir or args.save)
@@ -211,7 +215,8 @@ def main(argv=None):
             return run_threads(args.threads, train, args)[0]
         return train(args)
     except (CheckpointError, TrainingStopped) as exc:  # every rank stops alike, with the same message
-        exit_together(parser, launched, 1, f"{prefix}{exc}\n")
+        line = f"{prefix}{exc}"
+        exit_together(parser, launched, 1, f"{line}{write_error_file(line, launched)}\n")
 
 
 def exit_together(parser, launched, status, error):

@@ -1,6 +1,9 @@
 """Every flag of `python -m parallel.train` checked before any work: alone (RANGES), against
 the training dtype (FLOAT_FLAGS) and in combination (check_args), each error one message
 that names the values."""
+import os
+from pathlib import Path
+
 import numpy as np
 
 from minitensor.amp import precision_policy
@@ -9,6 +12,7 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..comm.link import parse_link
 from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
+from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -66,6 +70,8 @@ def check_args(args, world_size):
         if args.sequence_parallel and args.block_size // args.cp % args.tp:
             raise ValueError(f"--sequence-parallel with --cp {args.cp} needs the sequence length {args.block_size} "
                              f"/ cp = {args.block_size // args.cp} divisible by --tp {args.tp}")
+    if args.sequence_parallel and args.tp == 1:
+        raise ValueError("--sequence-parallel shards by sequence what the tp ranks would each repeat, but --tp is 1")
     if args.sequence_parallel and args.block_size % args.tp:
         raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
                          f"--tp {args.tp} ({length_hint(args)})")
@@ -85,10 +91,21 @@ def check_args(args, world_size):
         raise ValueError(f"--attention-block {args.attention_block} sets flash attention's tiles; add --attention flash")
     check_communication_args(args)
     check_expert_args(args)
+    if args.log_dir:
+        check_log_dir(args.log_dir)
     if args.save_every and not args.save:
         raise ValueError("--save-every needs --save DIR")
     if args.overwrite and not args.save:
         raise ValueError("--overwrite needs --save DIR")
+
+
+def check_log_dir(directory):
+    """--log-dir is written when a rank fails: a directory there must be possible now, not found impossible then."""
+    existing = next(path for path in (Path(directory), *Path(directory).parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--log-dir {directory}: {existing} is a file, so no directory can be made there")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--log-dir {directory}: {existing} is not writable")
 
 
 def length_hint(args):
@@ -131,7 +148,11 @@ def check_parameter_server_args(args, compress):
     others = [f"--tp {args.tp}" if args.tp > 1 else None, f"--pp {args.pp}" if args.pp > 1 else None,
               f"--cp {args.cp}" if args.cp > 1 else None, "--model bert" if args.model == "bert" else None,
               "--attention flash" if args.attention == "flash" else None,
-              f"--zero {args.zero}" if args.zero > 1 else None,
+              f"--zero {args.zero}" if args.zero else None,
+              "--recompute-activations" if args.recompute_activations else None,
+              f"--schedule {args.schedule}" if args.schedule != "1f1b" else None,
+              f"--chunks {args.chunks}" if args.chunks > 1 else None,
+              f"--eval-every {args.eval_every}" if args.eval_every else None,
               f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
@@ -148,9 +169,9 @@ def check_expert_args(args):
     """--experts and its flags: E, k, ep and dp agree; the layouts not composed with experts yet refused."""
     if not args.experts:
         given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name, unset in
-                 (("ep", 1), ("top_k", None), ("capacity_factor", None), ("expert_hidden", None),
-                  ("shared_experts", 0), ("router_score", "softmax"), ("expert_bias_rate", 0.0),
-                  ("max_ranks_per_token", None))
+                 (("ep", 1), ("top_k", None), ("capacity_factor", None), ("moe_every", None),
+                  ("aux_loss_coef", None), ("z_loss_coef", None), ("expert_hidden", None), ("shared_experts", 0),
+                  ("router_score", "softmax"), ("expert_bias_rate", 0.0), ("max_ranks_per_token", None))
                  if getattr(args, name) != unset]
         if given:
             raise ValueError(f"{', '.join(given)} needs --experts E (a mixture of experts)")
@@ -172,18 +193,11 @@ def check_expert_args(args):
     if args.cp > 1 and args.capacity_factor is not None:
         raise ValueError(f"--capacity-factor {args.capacity_factor} with --cp {args.cp}: a capacity keeps each "
                          f"sequence's earliest tokens first, which lie on other cp ranks; leave it off (dropless)")
-    if args.precision in ("fp16", "bf16"):  # measured: fp16 under --tp 2 routed a token elsewhere at step 1
-        raise ValueError(f"{flag} with --precision {args.precision}: routing is a discrete choice, and 16-bit rounding "
-                         f"that differs between layouts sends a token to another expert, so no tolerance compares "
-                         f"the layout with one device; train experts in float32 or float64")
-    others = ["--model bert" if args.model == "bert" else None,
-              f"--compress {args.compress}" if args.compress != "none" else None,
-              f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
-              f"--async-staleness {args.async_staleness}" if args.async_staleness is not None else None]
-    others = [o for o in others if o]
-    if others:
-        raise ValueError(f"{flag} does not combine with {others[0]} yet: a mixture of experts runs over --dp x --ep "
-                         f"with --tp, --pp (any schedule), --cp, --zero 1/2/3, --recompute-activations, --link, --trace, --save and --resume")
+    problem = moe_block_problem(args.n_layer, args.moe_every) or expert_composition_problem(
+        args.experts, precision=args.precision, local_steps=args.local_steps, compress=args.compress,
+        async_staleness=args.async_staleness, model=args.model)
+    if problem:
+        raise ValueError(problem)
 
 
 def check_device_limit_flags(args):

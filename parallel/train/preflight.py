@@ -19,16 +19,21 @@ before that loses nothing. Pruning after a save then only ever sees this run's l
 (parallel/checkpoint/files.py: it never deletes a checkpoint newer than the one just written).
 """
 import os
+import resource
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from ..checkpoint.files import checkpoints_after
 from ..checkpoint.manifest import check_config
+from ..plan.model import dense_param_count
 
 
 def check_outputs(args, config):
     """Check --resume against this run (its model `config`, dtype and flags), --save and --trace.
     Returns the notices to print once: what --overwrite will replace, a precision that changed."""
+    check_memory(args, config)
     manifest = resume_manifest(args, config)
     notices = precision_notice(args, manifest)
     if args.save:
@@ -36,6 +41,26 @@ def check_outputs(args, config):
     if args.trace:
         check_trace(Path(args.trace))
     return notices
+
+
+def check_memory(args, config):
+    """Weights, gradients and two AdamW moments are at least 4·N numbers over all ranks, and this
+    process holds its share of them (all under --threads): refuse when that lower bound exceeds
+    the memory the process may use, before a model of a million experts is built for a MemoryError."""
+    share = 1 if args.threads else 1 / (args.dp * args.tp * args.pp * args.cp)
+    need = 4 * dense_param_count(config) * np.dtype(args.dtype).itemsize * share
+    limit = usable_memory()
+    if need > limit:
+        raise ValueError(f"the model's {dense_param_count(config):,} parameters need at least {need / 2**30:,.3g} GiB "
+                         f"in each process (weights, gradients, AdamW moments), over the {limit / 2**30:,.3g} GiB "
+                         f"it may use: give a smaller model{' or fewer --experts' if args.experts else ''}")
+
+
+def usable_memory():
+    """Bytes this process may use: the machine's memory, or less if an address-space limit is set."""
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return physical if soft == resource.RLIM_INFINITY else min(physical, soft)
 
 
 def resume_manifest(args, config):

@@ -35,6 +35,12 @@ def test_capacity_keeps_first_choices_then_earlier_tokens_per_sequence():
     assert kept.tolist() == [[True, False], [True, False], [True, True], [False, True]]
 
 
+def test_a_capacity_of_every_token_drops_none_and_a_huge_factor_does_not_overflow():
+    assert capacity(6, 2, 4, 2.0) == 6 == capacity(6, 2, 4, 1e308) and capacity(6, 2, 4, 1.9) == 6
+    x = mt.tensor(np.random.default_rng(2).normal(size=(2, 6, 6)))
+    np.testing.assert_array_equal(moe(capacity_factor=1e308)(x).data, moe()(x).data)
+
+
 def test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order():
     order, counts = dispatch_order(np.array([2, 0, 2, 1, 0]), np.array([True, True, True, True, False]), 3)
     assert order.tolist() == [1, 3, 0, 2] and counts.tolist() == [1, 1, 2]
@@ -112,7 +118,10 @@ def test_the_dense_gpt_is_unchanged_and_moe_blocks_follow_moe_every():
 
 @pytest.mark.parametrize("fields, message", [
     (dict(n_experts=2, top_k=3), "top_k=3 must be in"), (dict(n_experts=2, capacity_factor=0), "capacity_factor"),
-    (dict(n_experts=2, aux_loss_coef=-1), "aux_loss_coef=-1")])
+    (dict(n_experts=2, aux_loss_coef=-1), "aux_loss_coef=-1"),
+    (dict(n_experts=2, capacity_factor=math.nan), r"^GPTConfig: capacity_factor=nan must be None \(dropless\) or a finite"),
+    (dict(n_experts=2, capacity_factor=math.inf), "capacity_factor=inf must be None"),
+    (dict(n_experts=2, moe_every=2), r"moe_every=2 must be in \[1, n_layer=1\].*a larger one places none")])
 def test_bad_expert_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, d_model=8, **fields)

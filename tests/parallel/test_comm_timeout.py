@@ -125,3 +125,25 @@ def test_parallel_debug_reports_mismatched_mpi_collectives(mode, message, monkey
     result = run_mpi(2, [SCRIPTS / "mismatch.py", mode], timeout=60, check=False)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("program, prog, hint", [
+    (["allreduce"], "python -m parallel.bench allreduce", "fix it, or unset it for the default"),
+    (["moe"], "python -m parallel.bench moe", "fix it, or unset it for the default"),
+    (["--calibrate", "--output", "{tmp}/p.json"], "python -m parallel.plan", "fix it, or unset it for the default"),
+    (["--steps", "1"], "python -m parallel.train", "fix it, or pass --timeout SECONDS, which wins over it"),
+])
+def test_a_bad_parallel_timeout_is_every_programs_one_line_error(program, prog, hint, tmp_path, monkeypatch, capsys):
+    """As a bad flag: exit 2, one line naming the variable, before any work (the benches gave tracebacks)."""
+    from parallel.bench.__main__ import main as bench
+    from parallel.plan.__main__ import main as plan
+    from parallel.train.cli import main as train
+    monkeypatch.setenv("PARALLEL_TIMEOUT", "abc")
+    run = {"bench": bench, "plan": plan, "train": train}[prog.split()[2].split(".")[1]]
+    try:
+        code = run([a.format(tmp=tmp_path) for a in program])
+    except SystemExit as exit_info:
+        code = exit_info.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err  # parallel.plan prints its usage first, as for a bad flag
+    assert err.splitlines()[-1] == f"{prog}: error: PARALLEL_TIMEOUT='abc' must be a positive number of seconds; {hint}"

@@ -127,6 +127,7 @@ def test_the_same_seed_gives_the_same_losses_on_every_layout(dtype, rtol):
     (["--threads", "2", "--tp", "2", "--sequence-parallel", "--digits", "3"],
      "sequence length 11 divisible by --tp 2"),
     (["--chunks", "2"], "--chunks 2 needs --schedule interleaved"),
+    (["--sequence-parallel"], "--sequence-parallel shards by sequence what the tp ranks would each repeat, but --tp is 1"),
     (["--digits", "12"], "AdditionTask: digits must be in [1, 9], got 12"),
     (["--data", "/no/such/file.txt"], "--data /no/such/file.txt: No such file or directory"),
     (["--model", "bert", "--data", "x.txt"], "--model bert trains on the masked addition task"),

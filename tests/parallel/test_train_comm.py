@@ -123,6 +123,9 @@ def test_async_staleness_zero_is_the_synchronous_run_of_the_same_flags(capsys):
      "--async-staleness 1 trains the dense model on --dp workers around one server; it does not combine with --tp 2"),
     (["--threads", "3", "--dp", "2", "--async-staleness", "1", "--compress", "sign"], "does not combine with "
                                                                                       "--compress sign"),
+    *[(["--threads", "3", "--dp", "2", "--async-staleness", "1", *ignored], f"does not combine with {ignored[0]}")
+      for ignored in (["--zero", "1"], ["--recompute-activations"], ["--schedule", "gpipe"],
+                      ["--eval-every", "1"])],
 ])
 def test_async_staleness_errors_name_both_flags(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

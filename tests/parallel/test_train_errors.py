@@ -122,11 +122,14 @@ def test_an_error_on_every_mpi_rank_is_printed_once(where, tmp_path):
         save = tmp_path
         (save / "step_000001").mkdir()
         status, expected = 1, (f"{ERROR}rank 0: checkpoint {save / 'step_000001'} already "
-                               f"exists; save step 1 elsewhere or remove it")
+                               f"exists; save step 1 elsewhere or remove it (every failing rank's line is in "
+                               f"{save}/rank_*.error)")
     result = mpiexec("-n", "2", sys.executable, "-m", "parallel.train", *TINY, "--dp", "2", "--save", save)
     assert result.returncode == status, result.stderr
     assert error_lines(result.stderr) == [expected], result.stderr
     assert "Traceback" not in result.stderr
+    if where == "the save":  # every rank failed alike, and each kept its line
+        assert sorted(p.name for p in save.glob("rank_*.error")) == ["rank_00000.error", "rank_00001.error"]
 
 
 @requires_mpiexec

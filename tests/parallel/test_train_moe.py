@@ -3,7 +3,11 @@ any ZeRO stage beside, equals one device under --check (threads, and the composi
 real mpiexec ranks); a checkpoint reshards to another ep and to one device; every bad or
 not-yet-composed combination is exit status 2 with one line."""
 import json
+import os
 import re
+import resource
+import subprocess
+import sys
 
 import pytest
 from mpi_launch import requires_mpiexec, run_mpi
@@ -86,6 +90,12 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
     (["--experts", "2", "--compress", "sign", "--dp", "2", "--threads", "2"],
      "--experts 2 does not combine with --compress sign yet"),
     (["--experts", "2", "--precision", "bf16"], "--experts 2 with --precision bf16: routing is a discrete choice"),
+    (["--experts", "4", "--moe-every", "100"], "--moe-every 100 with --n-layer 2 places no MoE block"),
+    (["--moe-every", "2"], "--moe-every 2 needs --experts E"),
+    (["--aux-loss-coef", "0.1"], "--aux-loss-coef 0.1 needs --experts E"),
+    (["--z-loss-coef", "0.1"], "--z-loss-coef 0.1 needs --experts E"),
+    (["--experts", "2", "--local-steps", "2", "--dp", "2", "--threads", "2"],
+     "--experts 2 does not combine with --local-steps 2 yet"),
     (["--experts", "2", "--cp", "2", "--capacity-factor", "1.0", "--threads", "2"],
      "--capacity-factor 1.0 with --cp 2: a capacity keeps each sequence's earliest tokens first"),
 ])
@@ -124,3 +134,17 @@ def test_the_trace_of_a_pipelined_mixture_of_experts_holds_every_rank(tmp_path):
                  "--microbatches", "2", "--trace", str(trace)])
     events = json.loads(trace.read_text())["traceEvents"]
     assert {event["pid"] for event in events if event.get("ph") == "X"} == {0, 1, 2, 3}
+
+
+def test_a_million_experts_over_the_memory_limit_is_refused_before_building():
+    """Under a 2 GiB address-space limit, 10⁵ experts (6.4 GiB of weights, gradients and moments)
+    are refused at once, not built for a MemoryError."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, resource.RLIM_INFINITY))
+    done = subprocess.run([sys.executable, "-m", "parallel.train", *TINY, "--experts", "100000", "--steps", "1"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=limit,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert re.fullmatch(r"python -m parallel.train: error: the model's 428,802,848 parameters need at least 6.39 GiB "
+                        r"in each process \(weights, gradients, AdamW moments\), over the 2 GiB it may use: give a "
+                        r"smaller model or fewer --experts\n", done.stderr)

@@ -15,7 +15,8 @@ DIVERGES = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy reports
 
 
 def saved(directory):
-    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+    """What is in `directory` but a failing run's error lines (rank_NNNNN.error: --log-dir defaults to --save)."""
+    return sorted(p.name for p in directory.iterdir() if not p.match("rank_*.error")) if directory.exists() else []
 
 
 # --- non-finite weights are never saved, and the message names the update and the last good one ---

@@ -35,7 +35,9 @@ def trained(out):
 
 
 def tree(directory):
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+    """The files of `directory` but a failing run's error lines (rank_NNNNN.error: --log-dir defaults to --save)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(Path(directory).rglob("*"))
+            if p.is_file() and not p.match("rank_*.error")}
 
 
 # --- item 1: --save never prunes the checkpoint it needs -----------------------------------------
@@ -100,7 +102,8 @@ def test_a_failed_save_stops_the_run_naming_the_last_good_checkpoint(tmp_path, c
                      capsys, code=1)
     assert "saving step_000002 failed on rank 1 (OSError: [Errno 28] No space left on device" in err
     assert f"the last good checkpoint is {tmp_path / 'step_000001'}" in err and trained(out) == ["1", "2"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000001"]
+    # the failing run's line is kept beside its checkpoints (--log-dir defaults to --save)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "rank_00000.error", "step_000001"]
 
 
 # --- item 5: nothing left to train ---------------------------------------------------------------
@@ -156,6 +159,22 @@ def test_a_diverging_run_stops_at_the_first_non_finite_step_on_every_rank(lr, wh
     last = int(what.split()[1][:-1]) - 1
     assert what in err and "the last finite loss was" in err and f"at step {last}; no checkpoint of this run was saved before it)" in err
     assert trained(out) == [str(s) for s in range(1, last + 1)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_run_stopped_by_a_non_finite_step_writes_its_line_into_the_log_dir(tmp_path, capsys):
+    """--help: every failing rank writes its line to DIR/rank_NNNNN.error; a stopped run is one."""
+    err, _ = fails(flags("--lr", "1e12", "--warmup", "0", "--log-dir", str(tmp_path), steps=4), capsys, code=1)
+    line = (tmp_path / "rank_00000.error").read_text().strip()
+    assert "step 2: the loss is not finite (nan)" in line and err.strip() == (
+        f"{line} (every failing rank's line is in {tmp_path}/rank_*.error)")
+
+
+def test_a_log_dir_that_cannot_be_made_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    err, out = fails(flags("--log-dir", str(tmp_path / "file" / "logs")), capsys)
+    assert err.strip().endswith(f"--log-dir {tmp_path / 'file' / 'logs'}: {tmp_path / 'file'} is a file, so no "
+                                "directory can be made there") and not trained(out)
 
 
 @requires_mpiexec

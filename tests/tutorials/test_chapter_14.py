@@ -38,3 +38,16 @@ def test_prefetch_issues_every_forward_gather_ahead_and_holds_two_units():
     bound = {int(p): int(b.replace(",", "")) for p, b in re.findall(r"\(1 \+ (\d)\) x largest unit [\d,]+ = ([\d,]+)",
                                                                     out)}
     assert peaks[1] == bound[1] and bound[0] <= peaks[0] < peaks[1]
+
+
+@pytest.mark.deep
+def test_lost_rank_restarts_the_zero_job_on_two_ranks_and_shows_the_timeline():
+    from mpi_launch import MPIEXEC
+    if MPIEXEC is None:
+        pytest.skip("lost_rank.py runs the elastic agent under mpiexec, which is not installed")
+    out = run_script(CH14 + "lost_rank.py", timeout=300)
+    assert "restart 1: rank(s) ['?'] lost; dp 4 x 1 -> dp 2 x 2 micro-batches (3 ranks left), global batch 8 " \
+           "kept; resuming from step_000003" in out
+    assert re.findall(r"^step +(\d+)/10", out, re.M) == [str(s) for s in [1, 2, 3] + list(range(4, 11))]
+    assert re.findall(r"^ +[\d.]+ s.{11}  (attempt \d|restart \d)", out, re.M) == ["attempt 0", "restart 1",
+                                                                                   "attempt 1"]

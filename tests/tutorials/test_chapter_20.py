@@ -1,8 +1,9 @@
 """Chapter 20, mixture of experts: the balancing loss evens the experts' load, and the
 dispatch all-to-all moves every routed row once, most of them across ranks."""
-
+import importlib.util
 import re
 
+import pytest
 from chapter_runner import run_script
 
 
@@ -29,3 +30,12 @@ def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_equal_the
     assert set(reach) == {4, 3, 2} and len({sum(r) for r in reach.values()}) == 1  # every token counted once
     assert all(not any(r[m:]) for m, r in reach.items()) and any(reach[4][2:])  # capped, and the cap binds
     assert out.count("(equal)") == 3
+
+
+def test_routing_refuses_a_step_count_below_one_in_one_line(capsys):
+    spec = importlib.util.spec_from_file_location("routing", "tutorials/20_mixture_of_experts/routing.py")
+    routing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(routing)
+    with pytest.raises(SystemExit) as exit_info:
+        routing.main(["--steps", "-5"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith("--steps=-5 must be ≥ 1")

@@ -1,5 +1,7 @@
 """The learner track never loses work: it writes only workspaces that `start` made (never the
 checkout), and copies the learner's code aside before it replaces it with stubs."""
+import os
+
 import pytest
 
 from tutorials.exercises.__main__ import main
@@ -37,6 +39,30 @@ def test_the_checkout_and_a_directory_holding_it_are_refused(command, where, cap
     assert not changed, f"{command} --workspace {where} rewrote {changed}"
     assert line.endswith(f"--workspace {where} is (or holds) the library's checkout, whose code the stubs would "
                          f"overwrite: give a new directory, e.g. --workspace {REPO / 'workspace'}")
+
+
+@pytest.mark.parametrize("command", ["start", "reset"])
+@pytest.mark.parametrize("inside", ["minitensor/ws", "tutorials/a/b", "tests"])
+def test_a_workspace_inside_what_start_copies_is_refused_before_copying(command, inside, capsys):
+    where = REPO / inside
+    existed = where.exists()
+    line = exit_line([command, "05", "--workspace", str(where)], capsys)
+    assert where.exists() == existed, f"{command} --workspace {where} made it"
+    tree = REPO / inside.split("/")[0]
+    assert line.endswith(f"--workspace {where} is inside {tree}, which start copies: the copy would hold itself; "
+                         f"give a directory outside it, e.g. --workspace {REPO / 'workspace'}")
+
+
+@pytest.mark.parametrize("command", ["start", "reset"])
+def test_a_read_only_workspace_is_one_line(command, tmp_path, capsys, monkeypatch):
+    """A read-only mount (access(2) says EROFS even to root): access denies writing under tmp_path."""
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: not (mode & os.W_OK and str(path).startswith(
+        str(tmp_path))) and real_access(path, mode))
+    line = exit_line([command, "05", "--workspace", str(tmp_path / "ws")], capsys)
+    assert line.endswith(f"--workspace {tmp_path / 'ws'} cannot be written ({tmp_path} is read-only): "
+                         "give a writable directory")
+    assert not (tmp_path / "ws").exists()
 
 
 def test_a_directory_start_did_not_make_is_refused_and_left_alone(tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 
 import minitensor as mt
 from minitensor.data import AdditionTask
+from minitensor.flags import AT_LEAST_1, parse_checked
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel.comm import run_threads
@@ -53,7 +54,7 @@ def dispatch_grid(task):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60)
-    args = parser.parse_args(argv)
+    args = parse_checked(parser, argv, {"steps": AT_LEAST_1})
     task = AdditionTask(digits=2, seed=0)
     print("max/mean tokens per expert of each 10 steps; then the last 10 steps' tokens per expert")
     for aux, train_router in ((0.0, True), (0.0, False), (0.01, True)):

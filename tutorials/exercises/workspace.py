@@ -55,6 +55,14 @@ def workspace_problem(workspace, new_ok):
     if any(root == workspace or workspace in root.parents for root in library_roots()):
         return (f"--workspace {workspace} is (or holds) the library's checkout, whose code the stubs would "
                 f"overwrite: give a new directory, e.g. --workspace {REPO / 'workspace'}")
+    inside = [tree for tree in (root / name for root in library_roots() for name in COPIED[:4])
+              if tree == workspace or tree in workspace.parents]
+    if inside:
+        return (f"--workspace {workspace} is inside {inside[0]}, which start copies: the copy would hold itself; "
+                f"give a directory outside it, e.g. --workspace {REPO / 'workspace'}")
+    existing = next(path for path in (workspace, *workspace.parents) if path.exists())
+    if not os.access(existing, os.W_OK):
+        return f"--workspace {workspace} cannot be written ({existing} is read-only): give a writable directory"
     if (workspace / MARKER).is_file() or new_ok and is_empty_or_new(workspace):
         return None
     if is_empty_or_new(workspace):

@@ -1,5 +1,6 @@
 """`python -m parallel.plan` on input too large to search: exit 2 and one line naming the flag
 and its bound, at once, while the documented examples (and thousands of GPUs) stay inside."""
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -101,3 +102,36 @@ def test_a_memory_size_starting_with_a_dash_says_to_attach_it_and_then_why_it_is
 def test_measuring_a_block_too_large_for_this_machine_is_refused(argv, flag, capsys):
     line = error_line(argv, capsys)
     assert f"{flag} runs one block here and it would need" in line and "over the bound of 2 GiB" in line
+
+
+HUGE = ["--n-layer", "65536", "--d-model", "65536", "--n-head", "512", "--vocab", "51200", "--seq", "2048",
+        "--batch", "16777216", "--devices", "524288", "--device", "a100-80gb"]
+
+
+def test_the_cluster_search_has_the_bound_of_the_layout_search():
+    """--json ranks with the cluster search (text with the layout search, bounded above): it counts first,
+    against the same bound, and is refused at once where it ran for minutes."""
+    done = run(*HUGE, "--json")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert re.search(r"the search would take [\d,]+ steps, over its bound of 100,000,000", done.stderr.splitlines()[-1])
+
+
+def test_the_cluster_search_of_no_runnable_layout_explains_under_json(capsys):
+    line = error_line(["--config", "gpt3-175b", "--devices", "1000000", "--device", "a100-80gb", "--batch", "1536",
+                       "--json"], capsys)
+    assert line.startswith("python -m parallel.plan: error: --json: no layout of 1000000 GPUs runs this model (of "
+                           "the (tp, pp, dp) tried: ") and "does not divide n_head=96" in line
+
+
+CLUSTER = ["--config", "gpt3-175b", "--device", "a100-80gb", "--batch", "1536"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([*CLUSTER, "--devices", "3072", "--layout", "tp=²,pp=64,dp=6"], "--layout 'tp=²,pp=64,dp=6': 'tp=²' is not one"),
+    ([*CLUSTER, "--devices", "3072", "--layout", ""], "--layout '': '' is not one of tp=, pp=, dp="),
+    (["--validate-published", "--json"], "--validate-published runs the published layouts on their own devices "
+                                         "and prints a table; it takes no --json"),
+    (["--validate-published", "--layout", "tp=1,pp=1,dp=1", "--devices", "8"], "it takes no --layout, --devices"),
+])
+def test_a_flag_the_cluster_model_would_misread_or_ignore_is_one_line(argv, message, capsys):
+    assert message in error_line(argv, capsys)

@@ -128,3 +128,20 @@ def test_the_plan_command_takes_fine_grained_and_shared_experts(capsys):
                        shared_experts=1)
     out = capsys.readouterr().out
     assert f"= {dense_param_count(config):,} parameters ({active_param_count(config):,} active per token)" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--experts", "4", "--moe-every", "100"], "--moe-every 100 with --n-layer 2 places no MoE block"),
+    (["--top-k", "1"], "--top-k needs --experts E"),
+    (["--moe-every", "2"], "--moe-every needs --experts E"),
+    (["--experts", "4", "--dtype", "fp16"], "--experts 4 with --precision fp16: routing is a discrete choice"),
+    (["--experts", "4", "--local-steps", "4", "--devices", "4"], "--experts 4 does not combine with --local-steps 4"),
+    (["--experts", "4", "--compress", "sign", "--devices", "4"], "--experts 4 does not combine with --compress sign"),
+])
+def test_the_planner_refuses_what_the_trainer_refuses_for_experts(flags, message, capsys):
+    """One source (parallel.expert_parallel.composes): no ranked table of layouts the trainer would not run."""
+    from parallel.plan.__main__ import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", "small", *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and err[-1].startswith("python -m parallel.plan: error: ") and message in err[-1]
