@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel.plan.__main__ import build_parser, parse_size
+from parallel.plan.flags import build_parser, parse_size
 
 ROOT = Path(__file__).resolve().parents[3]
 
