@@ -50,9 +50,14 @@ def dualpipev_order(p, m, rank):
         order.backward(1, split=True)
         order.weight()
         order.forward(1)
+    # exercise 22.1: the steady state, forward-and-backward pairs
+    # hint: a step is two F&B pairs, order.pair(forward_chunk, backward_chunk): each pairs a forward with a backward of
+    # hint: the OTHER chunk, chunk 0's forward first. Count the steps so that, with the forwards of chunk 0 already run
+    # hint: (2(p-1-rank) + rank + 1), every chunk forwards all m micro-batches.
     for _ in range(m - 2 * p + rank + 1):
         order.pair(0, 1)
         order.pair(1, 0)
+    # end exercise
     for _ in range(p - 1 - rank):
         order.backward(1)
         order.pair(1, 0)

@@ -9,6 +9,7 @@ from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad
 from ..comm.link import parse_link
 from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
+from ..pipeline.partition import check_balance
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -72,6 +73,11 @@ def check_args(args, world_size):
     if args.pp * args.chunks > args.n_layer:
         raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
                          f"got {args.n_layer}")
+    if args.balance is not None:
+        try:
+            check_balance(args.balance, args.n_layer, args.pp * args.chunks)
+        except ValueError as error:
+            raise ValueError(f"--balance: {error} (--pp {args.pp} x --chunks {args.chunks})") from None
     if args.schedule == "dualpipev":
         check_dualpipev_args(args)
     elif args.chunks > 1 and args.schedule != "interleaved":

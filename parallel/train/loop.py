@@ -49,7 +49,7 @@ def build(args, task, group):
     gpt = (BERT if args.model == "bert" else GPT)(config, dtype=np.dtype(args.dtype))
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group, ep=args.ep),
                       microbatches=args.microbatches,
-                      schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
+                      schedule=args.schedule, chunks=args.chunks, balance=args.balance, sequence_parallel=args.sequence_parallel,
                       recompute_activations=args.recompute_activations, zero=args.zero, seed=args.seed,
                       cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=args.precision)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)

@@ -121,3 +121,10 @@ TESTS.update({
     "20.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
              f"{MOE}::test_the_layer_equals_its_definition_token_by_token[None-True]"],
 })
+
+# --- chapter 22: DualPipeV ---
+DUALPIPE = "tests/parallel/pipeline/test_dualpipe.py"
+TESTS.update({
+    "22.1": [f"{DUALPIPE}::test_dualpipev_order_for_4_ranks_and_10_micro_batches_equals_the_hand_derivation",
+             f"{DUALPIPE}::test_dualpipev_is_deadlock_free_complete_and_holds_2p_plus_1_chunks"],
+})

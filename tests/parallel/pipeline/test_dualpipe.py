@@ -100,7 +100,8 @@ TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "4", "--batch", "8", "-
 
 
 @pytest.mark.parametrize("threads, layout", [(2, ["--pp", "2"]), (4, ["--pp", "2", "--dp", "2"]),
-                                             (4, ["--pp", "2", "--tp", "2"])])
+                                             (4, ["--pp", "2", "--tp", "2"]),
+                                             (2, ["--pp", "2", "--n-layer", "6", "--balance", "1,2,2,1"])])
 def test_check_passes_on_threads_with_dp_and_tp(threads, layout, capsys):
     result = main(TINY + ["--threads", str(threads), *layout, "--check"])
     assert result["check"] <= 1e-9
@@ -111,6 +112,7 @@ def test_check_passes_on_threads_with_dp_and_tp(threads, layout, capsys):
                         "got --chunks 1"),
     (["--microbatches", "2"], "--schedule dualpipev needs --microbatches ≥ 2·pp = 4, got 2"),
     (["--model", "bert"], "--schedule dualpipev with --model bert"),
+    (["--balance", "1,2,1"], "--balance: balance [1, 2, 1] has 3 entries for 4 pipeline stages (--pp 2 x --chunks 2)"),
 ])
 def test_bad_dualpipev_flags_get_one_line(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
