@@ -183,6 +183,11 @@ def message_tag(microbatch, to_stage, backward, num_stages):
     return (2 * (microbatch * num_stages + to_stage) + backward) % (TAG_UB - 1)
 
 
+def drop_values(out):
+    """Once sent (or handed over), backward needs the output's graph, not its values: keep shape and dtype only."""
+    out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+
+
 class _Step:
     """The state of one train_step on one rank: what each action reads and leaves."""
 
@@ -235,13 +240,12 @@ class _Step:
         following = self.chunk_here(self.stage_id(chunk) + 1)
         if following is not None:  # the V's turn: the next stage is here, a leaf as if received
             self.inputs[mb, following] = Tensor(out.data, requires_grad=True)
-            out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+            drop_values(out)
 
     def send_fwd(self, mb, chunk, peer):
         out = self.outputs[mb, chunk]
         self.pipe.group.send(out.data, peer, message_tag(mb, self.stage_id(chunk) + 1, 0, self.num_stages))
-        # Backward needs the output's graph, not its values: keep shape and dtype only.
-        out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+        drop_values(out)
 
     def recv_bwd(self, mb, chunk, peer):
         buffer = np.empty(self.shape, self.dtype)
