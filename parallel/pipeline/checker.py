@@ -239,7 +239,7 @@ class _Run:
                                             f"before the optimizer step")
 
 
-def _matches(rank, a, peer, b, p, placement):
+def _matches(rank, a, peer, b, p, placement="loop"):
     """Is `b` (peer's current action) the receive/send matching `a`?"""
     pairs = {("send_fwd", "recv_fwd"), ("recv_fwd", "send_fwd"),
              ("send_bwd", "recv_bwd"), ("recv_bwd", "send_bwd")}
