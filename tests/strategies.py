@@ -239,3 +239,16 @@ def shapes_and_dim(draw, min_dims=1):
     maybe negative."""
     shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
     return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+# --- parallel.pipeline.dualpipe (DualPipeV in 3D) ----------------------------------
+
+@st.composite
+def dualpipev_layouts(draw, max_world=8):
+    """`hybrid_layouts` under DualPipeV: two chunks per rank (stages r and 2pp-1-r), m in 2pp..2pp+2,
+    at least 2pp blocks, the ZeRO stage drawn from 0..3."""
+    drawn = draw(hybrid_layouts(max_world))
+    pp = drawn["layout"]["pp"]
+    layout = dict(drawn["layout"], schedule="dualpipev", chunks=2, microbatches=draw(st.integers(2 * pp, 2 * pp + 2)),
+                  zero=draw(st.sampled_from([0, 1, 2, 3])))
+    config = dict(drawn["config"], n_layer=2 * pp + draw(st.integers(0, 1)))
+    return dict(drawn, layout=layout, config=config)
