@@ -62,6 +62,15 @@ def executed(name, pp, m):
     return [max(column) for column in zip(*parallel.run_threads(ranks, step, timeout=120))]
 
 
+def cost_triple(text):
+    """'1,2,1' -> (F, B, W), or None unless F, W > 0 and B > W (a backward holds its W and more)."""
+    try:
+        forward, backward, weight = (float(x) for x in text.split(","))
+    except ValueError:
+        return None
+    return (forward, backward, weight) if forward > 0 and backward > weight > 0 else None
+
+
 def main(argv):
     parser = bench_parser("python -m parallel.bench dualpipe", __doc__, blas_threads=False)
     parser.add_argument("--stages", type=int, default=8, help="pipeline stages PP (even; default 8)")
@@ -73,11 +82,13 @@ def main(argv):
 
 def run(args):
     pp, m = args.stages, args.microbatches
-    if pp % 2 or m < pp:
-        print(f"python -m parallel.bench dualpipe: error: --stages {pp} must be even and --microbatches {m} "
-              f"at least PP (DualPipeV's 2·(PP/2))", file=sys.stderr)
+    costs = [cost_triple(triple) for triple in args.costs]
+    error = (f"--stages {pp} must be even and --microbatches {m} at least PP (DualPipeV's 2·(PP/2))"
+             if pp % 2 or m < pp else next((f"--costs {t}: give F,B,W, three numbers with F, W > 0 and B > W"
+                                            for t, c in zip(args.costs, costs) if c is None), None))
+    if error:
+        print(f"python -m parallel.bench dualpipe: error: {error}", file=sys.stderr)
         return 2
-    costs = [tuple(float(x) for x in triple.split(",")) for triple in args.costs]
     print(f"PP = {pp} stages of equal cost, m = {m}; idle time per device: simulated / formula")
     print(f"{'method':<10} {'devices':>7} " + " ".join(f"{'F,B,W=' + t:>17}" for t in args.costs)
           + f" {'params':>7} {'act. (graphs, bytes)':>22}")

@@ -148,6 +148,8 @@ def test_the_table_prints_dualpipev_with_2x_parameters_and_pp_plus_1_activations
     assert rows["DualPipeV"][1] == "2" and rows["DualPipeV"][-2] == "5" and rows["1F1B"][-2] == "4"  # PP+1, PP
     assert 1.9 < float(rows["DualPipeV"][-3].rstrip("x")) <= 2.0  # two stages per device (the ends differ a little)
     assert bench_main(["--stages", "5"]) == 2
+    assert bench_main(["--costs", "1,x,1"]) == 2 and bench_main(["--costs", "1,1,2"]) == 2
+    assert "--costs 1,1,2: give F,B,W, three numbers" in capsys.readouterr().err
 
 
 def test_a_weight_part_longer_than_the_forward_idles_more_than_table_2_says():
