@@ -3,8 +3,8 @@
 DeepSeek-V3's DualPipe (technical report, 2024, section 3.2.1) feeds micro-batches into both
 ends of the pipeline, so every rank holds two copies of its stages. DualPipeV, the variant
 this file follows (DeepSeek's reference code, github.com/deepseek-ai/DualPipe,
-dualpipe/dualpipev.py, the "cut-in-half" procedure; PyTorch's ScheduleDualPipeV in
-torch.distributed.pipelining builds the same order), keeps one direction and folds it:
+dualpipe/dualpipev.py, the "cut-in-half" procedure, whose phases are followed here step by
+step; PyTorch's torch.distributed.pipelining has a ScheduleDualPipeV), keeps one direction and folds it:
 a pipeline of 2p stages over p ranks, rank r holding stages r and 2p-1-r (placement "v",
 schedules.py). Chunk 0 (stage r) runs down the ranks, chunk 1 (stage 2p-1-r) back up;
 the turn p-1 -> p stays on rank p-1 and the loss is on rank 0. Half DualPipe's devices for
