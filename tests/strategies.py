@@ -330,3 +330,17 @@ def deepseek_routings(draw):
                 groups=groups, limit=limit,
                 renormalize=draw(st.booleans()) or score == "sigmoid", bias=bias, tie=draw(st.booleans()),
                 tokens=draw(st.integers(1, 4)), seed=draw(seeds))
+
+
+# --- parallel.pipeline.dualpipe (DualPipeV in 3D) ----------------------------------
+
+@st.composite
+def dualpipev_layouts(draw, max_world=8):
+    """`hybrid_layouts` under DualPipeV: two chunks per rank (stages r and 2pp-1-r), m in 2pp..2pp+2,
+    at least 2pp blocks, the ZeRO stage drawn from 0..3."""
+    drawn = draw(hybrid_layouts(max_world))
+    pp = drawn["layout"]["pp"]
+    layout = dict(drawn["layout"], schedule="dualpipev", chunks=2, microbatches=draw(st.integers(2 * pp, 2 * pp + 2)),
+                  zero=draw(st.sampled_from([0, 1, 2, 3])))
+    config = dict(drawn["config"], n_layer=2 * pp + draw(st.integers(0, 1)))
+    return dict(drawn, layout=layout, config=config)

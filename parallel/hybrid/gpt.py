@@ -55,6 +55,7 @@ from ..context_parallel import ContextParallel
 from ..expert_parallel import shard_experts
 from ..pipeline.executor import Pipeline
 from ..pipeline.partition import stages_for_rank
+from ..pipeline.registry import placement_of
 from ..pipeline.tied import TiedGradients
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
@@ -72,8 +73,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     or the same dense BERT: the same blocks, other ends).
 
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
-    "interleaved" (with `chunks` = v model chunks per pp rank) or the zero-bubble
-    "zb-h1" / "zb-h2" (pipeline.zero_bubble); balance: blocks per
+    "interleaved" (with `chunks` = v model chunks per pp rank), the zero-bubble
+    "zb-h1" / "zb-h2" (pipeline.zero_bubble) or "dualpipev" (chunks = 2, pipeline.dualpipe); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, recompute_activations:
     switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
     moments, 2: + gradients, 3: + parameters), which picks the replica synchronisation
@@ -103,7 +104,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         if mesh.ep > 1:  # this rank keeps E/ep experts of each MoE layer (expert_parallel.dispatch)
             shard_experts(gpt, mesh.ep_group)
-        dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance)
+        dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance, placement_of(schedule))
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)

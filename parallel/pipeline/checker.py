@@ -51,16 +51,19 @@ class ScheduleReport:
     peak_weight_pending: list  # per rank, max (micro-batch, chunk) between their B and W
 
 
-def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
+def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None,
+                   placement="loop"):
     """Check `schedule` (one action list per rank) for p ranks, m micro-batches,
-    v chunks per rank; return its simulated events and peak activations.
+    v chunks per rank placed as `placement` (schedules.PLACEMENTS); return its
+    simulated events and peak activations.
     backward_time is a whole backward's; weight_time (default half of it) its W part.
     Each time is one number for every rank or a list of one per rank."""
-    _check_static(schedule, p, m, v)
+    _check_static(schedule, p, m, v, placement)
     forwards = _per_rank(forward_time, p, "forward_time")
     backwards = _per_rank(backward_time, p, "backward_time")
     weights = _per_rank(weight_time, p, "weight_time")
-    run = _Run(schedule, p, v, [_costs(f, b, w) for f, b, w in zip(forwards, backwards, weights)], comm_time)
+    run = _Run(schedule, p, v, [_costs(f, b, w) for f, b, w in zip(forwards, backwards, weights)], comm_time,
+               placement)
     run.until_blocked()
     run.raise_if_stuck()
     run.check_complete(m)
@@ -82,12 +85,13 @@ def _costs(forward_time, backward_time, weight_time):
             "backward_input": backward_time - weight_time, "backward_weight": weight_time}
 
 
-def simulate(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None):
+def simulate(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None,
+             placement="loop"):
     """The `Event`s of a checked schedule under the given costs."""
-    return check_schedule(schedule, p, m, v, forward_time, backward_time, comm_time, weight_time).events
+    return check_schedule(schedule, p, m, v, forward_time, backward_time, comm_time, weight_time, placement).events
 
 
-def _check_static(schedule, p, m, v):
+def _check_static(schedule, p, m, v, placement):
     """Shapes, ranges and peers, before anything runs."""
     if len(schedule) != p:
         raise ScheduleError(f"schedule has {len(schedule)} rank lists, expected p={p}")
@@ -102,13 +106,15 @@ def _check_static(schedule, p, m, v):
             if a.is_compute != (a.peer is None):
                 raise ScheduleError(f"{where}: compute actions have no peer, send/recv need one")
             if not a.is_compute:
-                neighbour = _neighbour_stage(a.kind, stage_of(rank, a.chunk, p))
+                stage = stage_of(rank, a.chunk, p, placement)
+                neighbour = _neighbour_stage(a.kind, stage)
                 if not 0 <= neighbour <= last:
-                    raise ScheduleError(f"{where}: stage {stage_of(rank, a.chunk, p)} has no "
+                    raise ScheduleError(f"{where}: stage {stage} has no "
                                         f"neighbour stage {neighbour} (stages 0..{last})")
-                if a.peer != rank_and_chunk(neighbour, p)[0]:
-                    raise ScheduleError(f"{where}: stage {neighbour} lives on rank "
-                                        f"{rank_and_chunk(neighbour, p)[0]}, not rank {a.peer}")
+                owner = rank_and_chunk(neighbour, p, placement)[0]
+                if a.peer != owner or owner == rank:
+                    raise ScheduleError(f"{where}: stage {neighbour} lives on rank {owner}, not rank {a.peer}"
+                                        + (" (same rank: handed over in memory, no message)" if owner == rank else ""))
 
 
 def _neighbour_stage(kind, stage):
@@ -119,8 +125,8 @@ def _neighbour_stage(kind, stage):
 class _Run:
     """State of the simulated ranks: position in their list and clock."""
 
-    def __init__(self, schedule, p, v, compute_time, comm_time):
-        self.schedule, self.p, self.last_stage = schedule, p, p * v - 1
+    def __init__(self, schedule, p, v, compute_time, comm_time, placement):
+        self.schedule, self.p, self.last_stage, self.placement = schedule, p, p * v - 1, placement
         self.compute_time, self.comm_time = compute_time, comm_time
         self.position, self.clock = [0] * p, [0.0] * p
         self.done = set()                        # (kind, mb, stage) computed, kinds as in PRODUCES
@@ -152,7 +158,7 @@ class _Run:
             return True
         self.check_communication(rank, a)
         b = self.current(a.peer)
-        if b is None or not _matches(rank, a, a.peer, b, self.p):
+        if b is None or not _matches(rank, a, a.peer, b, self.p, self.placement):
             return False
         start = max(self.clock[rank], self.clock[a.peer])
         for r, action in ((rank, a), (a.peer, b)):
@@ -167,7 +173,7 @@ class _Run:
         self.position[rank] += 1
 
     def compute(self, rank, a):
-        stage = stage_of(rank, a.chunk, self.p)
+        stage = stage_of(rank, a.chunk, self.p, self.placement)
         produced = [(kind, a.microbatch, stage) for kind in PRODUCES[a.kind]]
         if any(work in self.done for work in produced):
             raise ScheduleError(f"rank {rank}: {a} runs twice")
@@ -176,8 +182,9 @@ class _Run:
                 raise ScheduleError(f"rank {rank}: {a} (stage {stage}) runs before "
                                     f"{kind} of micro-batch {mb} at stage {s}")
         message = {"forward": "recv_fwd", "backward": "recv_bwd", "backward_input": "recv_bwd"}.get(a.kind)
-        upstream = stage > 0 if a.kind == "forward" else stage < self.last_stage
-        if message and upstream and (rank, message, a.microbatch, a.chunk) not in self.received:
+        upstream = stage - 1 if a.kind == "forward" else stage + 1
+        remote = 0 <= upstream <= self.last_stage and rank_and_chunk(upstream, self.p, self.placement)[0] != rank
+        if message and remote and (rank, message, a.microbatch, a.chunk) not in self.received:
             raise ScheduleError(f"rank {rank}: {a} runs without its input: no {message} "
                                 f"of micro-batch {a.microbatch}, chunk {a.chunk} before it")
         self.done.update(produced)
@@ -196,7 +203,7 @@ class _Run:
         if key in self.sent or key in self.received:
             raise ScheduleError(f"rank {rank}: {a} happens twice")
         computed = {"send_fwd": "forward", "send_bwd": "backward_input"}.get(a.kind)
-        stage = stage_of(rank, a.chunk, self.p)
+        stage = stage_of(rank, a.chunk, self.p, self.placement)
         if computed and (computed, a.microbatch, stage) not in self.done:
             what = "forward" if computed == "forward" else "backward (or backward_input)"
             raise ScheduleError(f"rank {rank}: {a} before its {what} was computed")
@@ -222,7 +229,7 @@ class _Run:
     def check_complete(self, m):
         for rank in range(self.p):
             for chunk in range(self.last_stage // self.p + 1):
-                stage = stage_of(rank, chunk, self.p)
+                stage = stage_of(rank, chunk, self.p, self.placement)
                 for kind, name in (("forward", "forward"), ("backward_input", "backward"),
                                    ("backward_weight", "backward_weight")):
                     missing = [mb for mb in range(m) if (kind, mb, stage) not in self.done]
@@ -232,9 +239,9 @@ class _Run:
                                             f"before the optimizer step")
 
 
-def _matches(rank, a, peer, b, p):
+def _matches(rank, a, peer, b, p, placement="loop"):
     """Is `b` (peer's current action) the receive/send matching `a`?"""
     pairs = {("send_fwd", "recv_fwd"), ("recv_fwd", "send_fwd"),
              ("send_bwd", "recv_bwd"), ("recv_bwd", "send_bwd")}
     return ((a.kind, b.kind) in pairs and b.peer == rank and a.microbatch == b.microbatch
-            and _neighbour_stage(a.kind, stage_of(rank, a.chunk, p)) == stage_of(peer, b.chunk, p))
+            and _neighbour_stage(a.kind, stage_of(rank, a.chunk, p, placement)) == stage_of(peer, b.chunk, p, placement))

@@ -20,6 +20,9 @@ the semantics under which checker.py proved the lists deadlock-free:
                gradient now; the weight half waits in a WeightGradStore under
                (micro-batch, chunk) with what it needs (minitensor.split_backward)
     backward_weight  its W half: the stage's weight gradients of that micro-batch
+Under DualPipeV (placement "v") stages p-1 and p are both on rank p-1: the forward of the
+one hands its output to the other in memory (a fresh leaf, as if received), and the
+backward of stage p hands its input's gradient back the same way; no message travels.
 
 Message shapes and dtypes are known on every rank from the config and the batch,
 so no shape ever travels. Scaling each micro-batch loss by 1/m makes the
@@ -46,8 +49,8 @@ from ..comm.checks import TAG_UB
 from ..comm.gather import gather_named_arrays
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
-from .registry import get_schedule
-from .schedules import stage_of
+from .registry import get_schedule, placement_of
+from .schedules import rank_and_chunk, stage_of
 from .timeline import Event, Timeline, all_gather_events, bubble_theory
 
 
@@ -55,9 +58,10 @@ class Pipeline:
     """This rank's part of a pipeline: its stages (one per model chunk) and its actions.
 
     stages: the GPTSlice(s) of this rank in chunk order (chunk c is model stage
-    c·p + rank); group: the pipeline group (p = group.size ranks); microbatches: m;
+    c·p + rank; under "dualpipev" rank and 2p-1-rank); group: the pipeline group (p = group.size ranks); microbatches: m;
     schedule: "gpipe", "1f1b", "interleaved" (needs len(stages) > 1 chunks), or the
-    zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py);
+    zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py), or
+    "dualpipev" (two chunks, the V: dualpipe.py);
     recompute: recompute each stage's forward in its backward, so a stored
     micro-batch costs only its stage input (GPipe's re-materialisation).
     """
@@ -66,7 +70,7 @@ class Pipeline:
         self.stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         self.group, self.m, self.v = group, microbatches, len(self.stages)
         self.p, self.rank = group.size, group.rank
-        self.schedule, self.recompute = schedule, recompute
+        self.schedule, self.recompute, self.placement = schedule, recompute, placement_of(schedule)
         self.actions = get_schedule(schedule, self.p, microbatches, self.v)[self.rank]
         self._check_stages()
         self.events, self.meter = [], ActivationMeter()
@@ -81,12 +85,12 @@ class Pipeline:
         if set(model.first_parts) & set(model.last_parts) and group.size > 1:
             raise ValueError(f"{model.config.name} ties parameters across its first and last stage, whose "
                              f"gradients must be summed after backward: use HybridGPT(model, Mesh(1, 1, {group.size}))")
-        stages = stages_for_rank(model, group.rank, group.size, chunks, balance)
+        stages = stages_for_rank(model, group.rank, group.size, chunks, balance, placement_of(schedule))
         return cls(stages, group, microbatches, schedule, recompute)
 
     def _check_stages(self):
         for chunk, stage in enumerate(self.stages):
-            expected = stage_of(self.rank, chunk, self.p)
+            expected = stage_of(self.rank, chunk, self.p, self.placement)
             if (stage.stage, stage.num_stages) != (expected, self.p * self.v):
                 raise ValueError(f"rank {self.rank} of a {self.p}-rank pipeline with {self.v} chunk(s) needs "
                                  f"stage {expected} of {self.p * self.v} as chunk {chunk}, "
@@ -146,7 +150,7 @@ class Pipeline:
         """The mean of the micro-batch losses, from the last stage's rank to all; with MoE
         blocks, plus the losses' mean of those before the last stage (`aux`: their sum over
         this rank's micro-batches and chunks before the last), summed over the stages."""
-        last_rank = self.p - 1  # stage p·v - 1 is chunk v - 1 of rank p - 1
+        last_rank = rank_and_chunk(self.p * self.v - 1, self.p, self.placement)[0]
         value = np.array([np.mean(losses) if self.rank == last_rank else 0.0])
         if not self.has_experts:
             return float(self.group.broadcast(value, root=last_rank)[0])
@@ -179,6 +183,11 @@ def message_tag(microbatch, to_stage, backward, num_stages):
     return (2 * (microbatch * num_stages + to_stage) + backward) % (TAG_UB - 1)
 
 
+def drop_values(out):
+    """Once sent (or handed over), backward needs the output's graph, not its values: keep shape and dtype only."""
+    out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+
+
 class _Step:
     """The state of one train_step on one rank: what each action reads and leaves."""
 
@@ -200,7 +209,14 @@ class _Step:
         self.handlers[action.kind](action.microbatch, action.chunk, action.peer)
 
     def stage_id(self, chunk):
-        return stage_of(self.pipe.rank, chunk, self.pipe.p)
+        return stage_of(self.pipe.rank, chunk, self.pipe.p, self.pipe.placement)
+
+    def chunk_here(self, stage):
+        """This rank's chunk holding `stage`, or None (another rank's, or no such stage)."""
+        if not 0 <= stage < self.num_stages:
+            return None
+        rank, chunk = rank_and_chunk(stage, self.pipe.p, self.pipe.placement)
+        return chunk if rank == self.pipe.rank else None
 
     def recv_fwd(self, mb, chunk, peer):
         buffer = np.empty(self.shape, self.dtype)
@@ -221,12 +237,15 @@ class _Step:
             self.aux += stage.last_aux
         self.outputs[mb, chunk] = out
         self.meter.stored((mb, chunk), activation_bytes(out))
+        following = self.chunk_here(self.stage_id(chunk) + 1)
+        if following is not None:  # the V's turn: the next stage is here, a leaf as if received
+            self.inputs[mb, following] = Tensor(out.data, requires_grad=True)
+            drop_values(out)
 
     def send_fwd(self, mb, chunk, peer):
         out = self.outputs[mb, chunk]
         self.pipe.group.send(out.data, peer, message_tag(mb, self.stage_id(chunk) + 1, 0, self.num_stages))
-        # Backward needs the output's graph, not its values: keep shape and dtype only.
-        out.data = np.broadcast_to(np.zeros((), out.dtype), out.shape)
+        drop_values(out)
 
     def recv_bwd(self, mb, chunk, peer):
         buffer = np.empty(self.shape, self.dtype)
@@ -260,7 +279,12 @@ class _Step:
 
     def keep_input_grad(self, mb, chunk):
         if (mb, chunk) in self.inputs:
-            self.input_grads[mb, chunk] = self.inputs.pop((mb, chunk)).grad
+            grad = self.inputs.pop((mb, chunk)).grad
+            preceding = self.chunk_here(self.stage_id(chunk) - 1)
+            if preceding is None:
+                self.input_grads[mb, chunk] = grad
+            else:  # the V's turn, backwards: the previous stage is here
+                self.output_grads[mb, preceding] = grad
 
     def send_bwd(self, mb, chunk, peer):
         grad = self.input_grads.pop((mb, chunk))

@@ -9,7 +9,8 @@ from a cost per block — parameter count (memory) or measured time (speed) — 
 cheap as possible (the pipeline runs at the pace of its slowest stage).
 
 With v model chunks per rank (the interleaved schedule) there are p·v stages and
-rank r holds stages r, p + r, 2p + r, ... (`schedules.stage_of`).
+rank r holds stages r, p + r, 2p + r, ...; under DualPipeV's V, stages r and 2p-1-r
+(`schedules.stage_of`, by placement).
 """
 import time
 
@@ -108,7 +109,7 @@ def split_gpt(model, num_stages, balance=None):
     return [GPTSlice(model, blocks, s, num_stages) for s, blocks in enumerate(block_ranges(balance))]
 
 
-def stages_for_rank(model, rank, p, v=1, balance=None):
+def stages_for_rank(model, rank, p, v=1, balance=None, placement="loop"):
     """The v stages that rank `rank` of a p-rank pipeline holds, in chunk order."""
     stages = split_gpt(model, p * v, balance)
-    return [stages[stage_of(rank, chunk, p)] for chunk in range(v)]
+    return [stages[stage_of(rank, chunk, p, placement)] for chunk in range(v)]

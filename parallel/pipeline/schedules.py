@@ -4,9 +4,13 @@ Vocabulary (Megatron-LM's):
     p  ranks in the pipeline group (`pipeline_model_parallel_size`)
     m  micro-batches per optimizer step (`num_microbatches`)
     v  model chunks per rank (`virtual_pipeline_model_parallel_size`)
-The model is cut into p*v stages; rank r holds chunks c = 0..v-1 and chunk c
-of rank r is model stage  c*p + r  (Megatron's interleaving: with p=2, v=2
-rank 0 holds stages 0 and 2, rank 1 holds stages 1 and 3).
+The model is cut into p*v stages; rank r holds chunks c = 0..v-1. Which stage a
+chunk is, the *placement*, is one of two:
+    "loop"  chunk c of rank r is stage  c*p + r  (Megatron's interleaving: with p=2,
+            v=2 rank 0 holds stages 0 and 2, rank 1 holds stages 1 and 3);
+    "v"     v = 2 and rank r holds stages r and 2p-1-r (DualPipeV, dualpipe.py): the
+            stages run down the ranks and back up, the last stage sits on rank 0 and
+            stages p-1 and p meet on rank p-1, which hands over locally (no message).
 
 Actions (`Action.kind`):
     recv_fwd   receive the input activation of (micro-batch, chunk) from `peer`
@@ -91,13 +95,20 @@ class Action:
         return f"{text} {direction} rank {self.peer}"
 
 
-def stage_of(rank, chunk, p):
-    """Model stage held by `chunk` of `rank`."""
+PLACEMENTS = ("loop", "v")
+
+
+def stage_of(rank, chunk, p, placement="loop"):
+    """Model stage held by `chunk` of `rank` (placements: the module docstring)."""
+    if placement == "v":
+        return rank if chunk == 0 else 2 * p - 1 - rank
     return chunk * p + rank
 
 
-def rank_and_chunk(stage, p):
+def rank_and_chunk(stage, p, placement="loop"):
     """Inverse of `stage_of`: (rank, chunk) holding `stage`."""
+    if placement == "v":
+        return (stage, 0) if stage < p else (2 * p - 1 - stage, 1)
     return stage % p, stage // p
 
 
@@ -203,7 +214,7 @@ def prerequisites(kind, microbatch, stage, last_stage):
     # end exercise
 
 
-def _place_communication(orders, p, v):
+def _place_communication(orders, p, v, placement="loop"):
     """Turn per-rank compute orders into full action lists (see the module
     docstring). Simulate the computes at their usual relative cost: at each
     time step first pass every waiting message whose two ranks are both
@@ -222,19 +233,19 @@ def _place_communication(orders, p, v):
                 schedule[sender].append(send)
                 schedule[receiver].append(recv)
                 waiting.remove((send, recv))
-                available[(receiver, *_compute_of(send, sender, p))] = time
+                available[(receiver, *_compute_of(send, sender, p, placement))] = time
         started = False
         for r in range(p):
             if free_at[r] > time or position[r] == len(orders[r]):
                 continue
             compute = orders[r][position[r]]
-            kind, mb, stage = _compute_of(compute, r, p)
+            kind, mb, stage = _compute_of(compute, r, p, placement)
             if all(available.get((r, *need), time + 1) <= time
                    for need in prerequisites(kind, mb, stage, last_stage)):
                 schedule[r].append(compute)
                 free_at[r] = time + PLACEMENT_COST[kind]
                 available.update({(r, done, mb, stage): free_at[r] for done in PRODUCES[kind]})
-                waiting += _message_of(compute, r, p, last_stage)
+                waiting += _message_of(compute, r, p, last_stage, placement)
                 position[r] += 1
                 started = True
         if not (started or waiting or any(f > time for f in free_at)) and \
@@ -244,21 +255,24 @@ def _place_communication(orders, p, v):
     return schedule
 
 
-def _compute_of(action, rank, p):
+def _compute_of(action, rank, p, placement):
     """(kind, micro-batch, stage) of the compute an action runs or carries."""
     kind = {"send_fwd": "forward", "send_bwd": "backward_input"}.get(action.kind, action.kind)
-    return kind, action.microbatch, stage_of(rank, action.chunk, p)
+    return kind, action.microbatch, stage_of(rank, action.chunk, p, placement)
 
 
-def _message_of(compute, rank, p, last_stage):
-    """[(send, recv)] carrying `compute`'s result to the next stage, or []."""
-    stage = stage_of(rank, compute.chunk, p)
+def _message_of(compute, rank, p, last_stage, placement):
+    """[(send, recv)] carrying `compute`'s result to the next stage, or [] (also when the
+    next stage is on the same rank: the V's turn, handed over in memory)."""
+    stage = stage_of(rank, compute.chunk, p, placement)
     if compute.kind == "forward" and stage < last_stage:
         to_stage, send, recv = stage + 1, "send_fwd", "recv_fwd"
     elif compute.kind in ("backward", "backward_input") and stage > 0:
         to_stage, send, recv = stage - 1, "send_bwd", "recv_bwd"
     else:
         return []
-    peer, peer_chunk = rank_and_chunk(to_stage, p)
+    peer, peer_chunk = rank_and_chunk(to_stage, p, placement)
+    if peer == rank:
+        return []
     return [(Action(send, compute.microbatch, compute.chunk, peer),
              Action(recv, compute.microbatch, peer_chunk, rank))]

@@ -25,8 +25,10 @@ Per block and micro-batch on one GPU (T = b·s tokens, a heads, h hidden):
   pp         per micro-batch and chunk one send forward and one backward of b·s·h·2 bytes; across
              nodes each tp rank sends 1/t of it on its own NIC and the stage all-gathers it on NVLink
              (Megatron's scatter/gather optimisation).
-The last stage adds the lm_head GEMM (3 passes) and the cross-entropy; the slowest stage paces the
-pipeline: pipelined = (m + (p − 1)/v)·t_stage, m = batch/(d·b) micro-batches (the bubble is the
+The first stage adds the embedding (memory-bound: its lookup, scatter-add and main-grad), the last
+the lm_head GEMM (3 passes) and the cross-entropy; where p does not divide the layers (v = 1), the
+stages hold unequal block counts (stage_split.py: even, or balanced with the ends costed). The
+slowest stage paces the pipeline: pipelined = (m + (p − 1)/v)·t_stage, m = batch/(d·b) micro-batches (the bubble is the
 (p − 1)/v part). Then, not overlapped: the dp ring all-reduce of the gradients (a group with k
 members per node moves at min(NVLink, k NICs); with torch DDP partly hidden, see ddp_seconds), the
 first/last stage all-reduce of the tied embedding's gradient, and the optimizer (Adam on fp32
@@ -39,6 +41,7 @@ from math import ceil
 from ..alpha_beta import all_gather, ring_all_reduce
 from .layout import Layout, get_precision
 from .memory import block_activation_bytes, peak_memory
+from .stage_split import stage_seconds, stage_split
 
 # Bytes moved by Megatron-LM's memory-bound kernels, counted from its code (fp16 activations), as
 # (forward, backward) per pass; a recomputed kernel runs its forward twice:
@@ -141,6 +144,14 @@ def head_seconds(config, gpu, t, b):
             + memory_seconds(gpu, CROSS_ENTROPY_BYTES * tokens * vocab + MAIN_GRAD_BYTES * vocab * config.d_model))
 
 
+def embed_seconds(config, gpu, t, b):
+    """The first stage's embedding, one micro-batch: the lookup writes b·s·h, the backward reads the
+    gradient and scatter-adds it (2 bytes each, fp16), and the main-grad accumulation of its weight
+    shard (vocab/t rows)."""
+    tokens, vocab = b * config.block_size, -(-config.vocab_size // t)
+    return memory_seconds(gpu, 3 * 2 * tokens * config.d_model + MAIN_GRAD_BYTES * vocab * config.d_model)
+
+
 def p2p_seconds(gpu, t, dp, p, nbytes):
     """One activation (or its gradient) from a stage to the next."""
     if t * dp * p <= gpu["gpus_per_node"] or p == 1:
@@ -171,6 +182,7 @@ class Step:
     recompute: str = "full"
     sequence_parallel: bool = False
     ddp: str = "local"
+    split: list = None                # blocks per pipeline stage
 
     @property
     def fits(self):
@@ -178,7 +190,8 @@ class Step:
 
     def as_json(self):
         return {"layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
-                           "micro_batches": None, "v": self.chunks, "recompute": self.recompute},
+                           "micro_batches": None, "v": self.chunks, "recompute": self.recompute,
+                           "split": self.split},
                 "sequence_parallel": self.sequence_parallel, "ddp": self.ddp,
                 "step_seconds": self.seconds["step"], "tflops_per_device": self.tflops,
                 "memory_bytes_per_device": self.memory["total"], "memory_limit_bytes": self.limit,
@@ -191,7 +204,9 @@ def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recomp
     checks = [(tp * pp * dp == devices, f"tp·pp·dp = {tp * pp * dp} is not --devices {devices}"),
               (config.n_head % tp == 0, f"tp={tp} does not divide n_head={config.n_head}"),
               (tp <= gpus_per_node, f"tp={tp} spans nodes of {gpus_per_node} GPUs"),
-              (config.n_layer % (pp * v) == 0, f"pp·v = {pp * v} does not divide n_layer={config.n_layer}"),
+              (pp <= config.n_layer, f"pp={pp} stages exceed n_layer={config.n_layer} blocks"),
+              (v == 1 or config.n_layer % (pp * v) == 0,
+               f"interleaving: pp·v = {pp * v} does not divide n_layer={config.n_layer}"),
               (batch % (dp * b) == 0, f"batch={batch} is not divisible by dp·m = {dp}·{b}"),
               (v == 1 or (pp > 1 and batch // (dp * b) % pp == 0),
                f"interleaving (v={v}) needs pp > 1 and micro-batches divisible by pp={pp}"),
@@ -216,8 +231,10 @@ def ddp_seconds(ddp, all_reduce, tail, last_backward):
     return max(tail, all_reduce - last_backward)
 
 
-def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False, ddp="local"):
-    """The Step of one layout (ValueError if it cannot run); see the module docstring."""
+def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False, ddp="local",
+         split="even"):
+    """The Step of one layout (ValueError if it cannot run); see the module docstring. split: how
+    the blocks are cut into the pp stages when v = 1 (stage_split.SPLITS)."""
     gpu = figures(profile)
     why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"], recompute,
                        sequence_parallel, ddp)
@@ -226,13 +243,17 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     m, s, h = batch // (dp * b), config.block_size, config.d_model
     block = block_seconds(config, gpu, tp, b, recompute, sequence_parallel)
     per_block = sum(block.values())
-    layers = config.n_layer // pp
     p2p = 2 * v * p2p_seconds(gpu, tp, dp, pp, 2 * b * s * h) if pp > 1 else 0.0
-    head = head_seconds(config, gpu, tp, b)
-    stage = layers * per_block + head + p2p           # the last stage, the slowest
+    head, embed = head_seconds(config, gpu, tp, b), embed_seconds(config, gpu, tp, b)
+    blocks = (stage_split(config.n_layer, pp, split, per_block, embed, head) if v == 1
+              else [config.n_layer // pp] * pp)
+    times = stage_seconds(blocks, per_block, embed, head, p2p)
+    slowest = max(range(pp), key=times.__getitem__)
+    stage, layers = times[slowest], blocks[slowest]
+    ends = (embed if slowest == 0 else 0.0) + (head if slowest == pp - 1 else 0.0)
     precision = get_precision(DTYPE)
     layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, recompute=True, sequence_parallel=sequence_parallel)
-    _, memory = peak_memory(config, layout, batch, DTYPE)
+    _, memory = peak_memory(config, layout, batch, DTYPE, blocks)
     params = memory["params"] / precision.param_bytes
     embedding_grad = -(-config.vocab_size // tp) * h * precision.dp_grad_bytes  # the tied word embedding's
     dp_time = 0.0
@@ -241,13 +262,13 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
         dp_time = ddp_seconds(ddp, ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta),
                               ring_all_reduce(dp, embedding_grad, alpha, beta), BACKWARD_SHARE * layers * per_block)
     embedding = ring_all_reduce(2, embedding_grad, *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0
-    seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + head),
+    seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + ends),
                "gemm": m * layers * block["gemm"], "memory_bound": m * layers * block["memory"],
                "tp": m * layers * block["tp"], "pp": m * p2p, "bubble": (pp - 1) / v * stage,
                "dp": dp_time, "embedding_sync": embedding,
                "optimizer": memory_seconds(gpu, OPTIMIZER_BYTES * params)}
     seconds["step"] = m * stage + seconds["bubble"] + dp_time + embedding + seconds["optimizer"]
-    memory = {**memory, "activations": activation_bytes(config, b, tp, pp, v, m, recompute, sequence_parallel)}
+    memory = {**memory, "activations": activation_bytes(config, b, tp, pp, v, m, recompute, sequence_parallel, blocks)}
     memory["logits"] = 6 * b * s * (-(-config.vocab_size // tp))  # fp16 logits + their fp32 copy, last stage
     # the optimizer step copies every gradient to fp32 (main_param.grad = main_grad.float()) once the
     # activations are gone: the peak is the larger of the two
@@ -258,19 +279,20 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     memory["total"] = states + max(memory["activations"] + memory["logits"], memory["fp32_grads_at_step"])
     tflops = model_flops(config, batch) / (seconds["step"] * tp * pp * dp) / 1e12
     return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops, recompute,
-                sequence_parallel, ddp)
+                sequence_parallel, ddp, blocks)
 
 
-def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_parallel=False):
-    """Stage 0's activations (Korthikanti et al. 2022's per-block bytes, memory.py): 1F1B keeps min(m, p)
-    micro-batches of n_layer/p blocks; interleaving min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
+def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_parallel=False, blocks=None):
+    """The largest stage's activations (Korthikanti et al. 2022's per-block bytes, memory.py): 1F1B's
+    stage r keeps min(m, p − r) micro-batches of its blocks (blocks[r]; default n_layer/p); interleaving min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
     n_layer/(p·v) (Megatron's warm-up). Full recomputation keeps each block's input and holds one block's
     whole activations while it reruns; selective keeps all but the 5·a·s²·b attention-score bytes, and
     holds one block's scores while it reruns its core attention."""
     s, full = config.block_size, recompute == "full"
     scores = 5 * config.n_head * s * s * b / tp
     kept = block_activation_bytes(config, b, tp, sequence_parallel, full, DTYPE) - (0 if full else scores)
-    held = (config.n_layer // pp * min(m, pp) if v == 1
+    blocks = blocks or [config.n_layer // pp] * pp
+    held = (max(count * min(m, pp - stage) for stage, count in enumerate(blocks)) if v == 1
             else config.n_layer // (pp * v) * min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1))
     working = block_activation_bytes(config, b, tp, sequence_parallel, False, DTYPE) if full else scores
     return kept * held + working

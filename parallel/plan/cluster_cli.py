@@ -9,23 +9,25 @@ tflops_per_device (the Megatron paper's model flops), memory_bytes_per_device, f
 (tp, pp, dp, micro_batch, micro_batches, v, recompute), sequence_parallel, and the seconds and bytes
 behind them. Without m or v in --layout the fastest fitting micro-batch size and interleaving are
 chosen; recompute=full (the default) or selective and sp=1 (sequence parallelism) pick Korthikanti et
-al. 2022's modes.
+al. 2022's modes; split=even|balanced how the blocks are cut into stages (stage_split.py; without it the
+faster), printed as the blocks per stage.
 """
 import json
 
 from .cluster import DDP, figures, layout_error, model_flops
 from .cluster_search import best_steps, why_none_runs, with_micro_batches
 from .profiles import load_profile
+from .stage_split import SPLITS
 
 KEYS = {"tp", "pp", "dp", "m", "v"}
-MODES = {"recompute": ("full", "selective"), "sp": ("0", "1"), "ddp": DDP}  # values that are words, not counts
-VALUE = {"recompute": str, "sp": lambda value: value == "1", "ddp": str}   # how each key's text is read (the rest: int)
+MODES = {"recompute": ("full", "selective"), "sp": ("0", "1"), "ddp": DDP, "split": SPLITS}  # words, not counts
+VALUE = {"recompute": str, "sp": lambda value: value == "1", "ddp": str, "split": str}   # how each key's text is read (the rest: int)
 
 
 def add_flags(parser):
     parser.add_argument("--layout", help="cost one layout on a GPU cluster (a profile with 'cluster' figures): "
                         "tp=T,pp=P,dp=D[,m=MICRO-BATCH SIZE][,v=CHUNKS][,recompute=full|selective][,sp=0|1]"
-                        "[,ddp=local|torch]; "
+                        "[,ddp=local|torch][,split=even|balanced]; "
                         "Megatron-LM's step")
     parser.add_argument("--json", action="store_true", help="with --layout: print one JSON object; without it "
                         "(a GPU-cluster --device): a JSON list of the --top K best layouts, each its best m, v, DDP")
@@ -46,7 +48,7 @@ def parse_layout(text):
             raise ValueError(f"--layout {text!r}: {item!r}: {key} is one of {', '.join(MODES[key])}")
         if key not in MODES and (key not in KEYS or not value.isascii() or not value.isdigit() or int(value) < 1):
             raise ValueError(f"--layout {text!r}: {item!r} is not one of tp=, pp=, dp=, m=, v= with a positive int, "
-                             "recompute=full|selective, sp=0|1 or ddp=local|torch")
+                             "recompute=full|selective, sp=0|1, ddp=local|torch or split=even|balanced")
         if key in parts:
             raise ValueError(f"--layout {text!r}: {key} given twice")
         parts[key] = VALUE.get(key, int)(value)
@@ -108,7 +110,7 @@ def run(args, parser, model_config):
         steps = best_steps(config, profile, args.devices, args.batch, parts["tp"], parts["pp"], parts["dp"],
                            parts.get("m"), parts.get("v"), max_micro_batch=parts.get("m", 16),
                            recompute=parts.get("recompute", "full"), sequence_parallel=parts.get("sp", False),
-                           ddp=parts.get("ddp"))
+                           ddp=parts.get("ddp"), split=parts.get("split"))
     except ValueError as error:
         parser.error(f"{flag}: {error}" if flag == "--json" else str(error))
     if not steps:
@@ -126,6 +128,7 @@ def run(args, parser, model_config):
               f"dp={lay['dp']} micro-batch {lay['micro_batch']} × {lay['micro_batches']} v={lay['v']}, "
               f"{lay['recompute']} recompute, {out['ddp']} DDP"
               f"{', sequence parallel' if out['sequence_parallel'] else ''}")
+        print(f"blocks per stage ({'uneven' if len(set(best.split)) > 1 else 'even'}): {best.split}")
         print(f"step {best.seconds['step']:.4g} s = " + ", ".join(
             f"{k} {v:.3g}" for k, v in best.seconds.items() if k not in ("step", "gemm", "memory_bound")))
         print(f"{best.tflops:.1f} TFLOP/s per GPU (model flops, the paper's eq. 3); memory "

@@ -8,6 +8,7 @@ from collections import Counter
 
 from .cluster import DDP, figures, layout_error, step
 from .search import check_search_size
+from .stage_split import SPLITS
 
 # Checking and costing one cluster layout takes ≈ 110 µs on a laptop core (measured over the
 # 6,316 layouts of gpt3-175b on 3,072 GPUs), 250 of the layout search's ≈ 0.4 µs steps: the
@@ -23,10 +24,10 @@ def grids(config, gpu, devices, tp=None, pp=None, dp=None):
 
 
 def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16,
-               recompute="full", sequence_parallel=False, ddp=None):
+               recompute="full", sequence_parallel=False, ddp=None, split=None):
     """Every runnable layout matching the given parts (None: search it), fastest first, fitting ones
-    before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v
-    and DDP. Counted before anything is costed, and refused (ValueError) over the search's bound."""
+    before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v,
+    DDP and (v = 1) the split of the blocks into stages, even or balanced (stage_split.py)."""
     gpu = figures(profile)
     candidates = []
     for t, p, d in grids(config, gpu, devices, tp, pp, dp):
@@ -34,7 +35,11 @@ def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=Non
         chunks = [v] if v else [1] if p == 1 else range(1, config.n_layer // p + 1)
         candidates.append((t, p, d, micros, chunks))
     kinds = [ddp] if ddp else DDP
-    check_search_size(sum(len(m) * len(c) for *_, m, c in candidates) * len(kinds) * STEPS_PER_LAYOUT)
+
+    def cuts(chunk):  # the splits of the blocks tried: the one given, else both where v = 1
+        return [split] if split else SPLITS if chunk == 1 else ["even"]
+    check_search_size(sum(len(m) * sum(len(cuts(c)) for c in cs) for *_, m, cs in candidates) * len(kinds)
+                      * STEPS_PER_LAYOUT)
     found = []
     for t, p, d, micros, chunks in candidates:
         for micro in micros:
@@ -43,7 +48,8 @@ def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=Non
                     mode = (recompute, sequence_parallel, kind)
                     if layout_error(config, devices, batch, t, p, d, micro, chunk, gpu["gpus_per_node"],
                                     *mode) is None:
-                        found.append(step(config, profile, batch, t, p, d, micro, chunk, *mode))
+                        found += distinct_splits(step(config, profile, batch, t, p, d, micro, chunk, *mode, cut)
+                                                 for cut in cuts(chunk))
     return sorted(found, key=lambda st: (not st.fits, st.seconds["step"]))
 
 
@@ -53,6 +59,11 @@ def why_none_runs(config, profile, devices, batch):
     reasons = Counter(layout_error(config, devices, batch, t, p, d, 1, 1, gpu["gpus_per_node"])
                       for t, p, d in grids(config, gpu, devices))
     return ", ".join(f"{count} with {why}" for why, count in reasons.most_common(3) if why)
+
+
+def distinct_splits(steps):
+    """The steps of one layout, one per distinct split of its blocks (even and balanced often agree)."""
+    return list({tuple(st.split): st for st in steps}.values())
 
 
 def with_micro_batches(st, batch):

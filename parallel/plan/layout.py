@@ -13,8 +13,10 @@ from minitensor.nn.attention_kernels import KERNELS
 from ..mesh import coords_of
 from ..pipeline.registry import SCHEDULES as PIPELINE_SCHEDULES
 
-# The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks).
-SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s != "interleaved")
+# The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks) and
+# "dualpipev" (its V puts the embedding and the head both on pp rank 0, which the per-rank
+# parameter count does not model yet).
+SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s not in ("interleaved", "dualpipev"))
 
 
 @dataclass(frozen=True)

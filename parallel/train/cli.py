@@ -56,6 +56,14 @@ is saved); 2 bad flags, destinations or $PARALLEL_TIMEOUT, before any training.
 """
 
 
+def block_counts(text):
+    """--balance 3,2,2,3: the blocks of each stage, in stage order."""
+    try:
+        return [int(word) for word in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
 def build_parser():
     p = DashValueParser(prog="python -m parallel.train", epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -92,7 +100,9 @@ def build_parser():
     layout.add_argument("--pp", type=int, default=1, help="pipeline stages (ranks)")
     layout.add_argument("--microbatches", type=int, default=1, help="micro-batches per dp rank and step")
     layout.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule")
-    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v)")
+    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v; dualpipev 2)")
+    layout.add_argument("--balance", type=block_counts, default=None, metavar="N,N,...",
+                        help="blocks per pipeline stage, pp·chunks of them (default: by parameter count)")
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")
     layout.add_argument("--recompute-activations", action="store_true",
                         help="recompute each stage's forward in its backward instead of keeping its activations")

@@ -13,6 +13,7 @@ from ..comm.link import parse_link
 from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
 from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
+from ..pipeline.partition import check_balance
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -78,7 +79,14 @@ def check_args(args, world_size):
     if args.pp * args.chunks > args.n_layer:
         raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
                          f"got {args.n_layer}")
-    if args.chunks > 1 and args.schedule != "interleaved":
+    if args.balance is not None:
+        try:
+            check_balance(args.balance, args.n_layer, args.pp * args.chunks)
+        except ValueError as error:
+            raise ValueError(f"--balance: {error} (--pp {args.pp} x --chunks {args.chunks})") from None
+    if args.schedule == "dualpipev":
+        check_dualpipev_args(args)
+    elif args.chunks > 1 and args.schedule != "interleaved":
         raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
@@ -106,6 +114,18 @@ def check_log_dir(directory):
         raise ValueError(f"--log-dir {directory}: {existing} is a file, so no directory can be made there")
     if not os.access(existing, os.W_OK):
         raise ValueError(f"--log-dir {directory}: {existing} is not writable")
+
+
+def check_dualpipev_args(args):
+    """DualPipeV folds 2·pp stages over pp ranks (pipeline.dualpipe): two chunks, and at least 2·pp micro-batches."""
+    if args.chunks != 2:
+        raise ValueError(f"--schedule dualpipev holds two stages per pp rank (r and 2·pp-1-r): give --chunks 2, "
+                         f"got --chunks {args.chunks}")
+    if args.microbatches < 2 * args.pp:
+        raise ValueError(f"--schedule dualpipev needs --microbatches ≥ 2·pp = {2 * args.pp}, got {args.microbatches}")
+    if args.model == "bert":
+        raise ValueError("--schedule dualpipev with --model bert: the V puts both ends of the model on pp rank 0, "
+                         "where the tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
 
 
 def length_hint(args):

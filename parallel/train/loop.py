@@ -54,7 +54,7 @@ def build(args, task, group):
     use_attention(gpt, attention_kernel(args.attention, args.attention_block))  # --check's reference: dense
     model = HybridGPT(gpt, Mesh(args.dp, args.tp, args.pp, args.cp, world=group, ep=args.ep),
                       microbatches=args.microbatches,
-                      schedule=args.schedule, chunks=args.chunks, sequence_parallel=args.sequence_parallel,
+                      schedule=args.schedule, chunks=args.chunks, balance=args.balance, sequence_parallel=args.sequence_parallel,
                       recompute_activations=args.recompute_activations, zero=args.zero, seed=args.seed,
                       cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=args.precision)
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)

@@ -350,3 +350,13 @@ def test_a_config_field_added_since_the_checkpoint_was_saved_counts_as_its_defau
     check_config({"config": before}, config, "old")
     with pytest.raises(CheckpointError, match="n_experts: checkpoint 0, model 4"):
         check_config({"config": before}, dataclasses.replace(config, n_experts=4), "old")
+
+
+@pytest.mark.parametrize("source, target", [({}, {"balance": [1, 3]}), ({"balance": [3, 1]}, {}),
+                                            ({}, {"schedule": "dualpipev", "chunks": 2, "microbatches": 4})],
+                         ids=["even-to-uneven", "uneven-to-even", "line-to-v"])
+def test_a_checkpoint_reshards_between_even_and_uneven_stages(tmp_path, source, target):
+    uninterrupted = train_dense(STEPS)
+    first = save_after(tmp_path, (1, 1, 2, False), STEPS // 2, **source)
+    second, meta = resume(tmp_path, (1, 1, 2, False), STEPS, **target)
+    assert_close(first + second, uninterrupted)

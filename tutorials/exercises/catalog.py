@@ -138,3 +138,10 @@ TESTS.update({
     "21.1": [_FLASH_TILES, _FLASH_EQUAL],
     "21.2": [_FLASH_TILES, _FLASH_EQUAL],
 })
+
+# --- chapter 22: DualPipeV ---
+DUALPIPE = "tests/parallel/pipeline/test_dualpipe.py"
+TESTS.update({
+    "22.1": [f"{DUALPIPE}::test_dualpipev_order_for_4_ranks_and_10_micro_batches_equals_the_hand_derivation",
+             f"{DUALPIPE}::test_dualpipev_is_deadlock_free_complete_and_holds_2p_plus_1_chunks"],
+})

@@ -1,4 +1,4 @@
-"""Chapters 7, 8, 11: pipeline timelines (simulated from the schedules as data, and one measured)."""
+"""Chapters 7, 8, 11, 22: pipeline timelines (simulated from the schedules as data, and one measured)."""
 import os
 
 from .draw import COLOURS, Picture, draw_timelines, load_script, run, stored_microbatches
@@ -53,5 +53,7 @@ PICTURES = [
     Picture("interleaved", "08_1f1b_recomputation", simulated_timelines("08_1f1b_recomputation/interleaved.py"),
             draw_timelines_only),
     Picture("zero_bubble_timelines", "11_zero_bubble", simulated_timelines("11_zero_bubble/three_timelines.py"),
+            draw_timelines_only),
+    Picture("dualpipev_timelines", "22_dualpipe", simulated_timelines("22_dualpipe/v_timeline.py"),
             draw_timelines_only),
 ]

@@ -13,6 +13,7 @@ import minitensor as mt
 from minitensor.models.gpt import GPT
 from minitensor.optim import AdamW
 from parallel.pipeline import check_schedule, get_schedule
+from parallel.pipeline.registry import placement_of
 from parallel.pipeline.executor import Pipeline
 
 LR, WEIGHT_DECAY = 1e-2, 0.1
@@ -73,4 +74,4 @@ def check_against_single(history, ref):
 
 def expected_peaks(schedule, p, m, v):
     """Stored micro-batch activations per rank, as the schedule checker simulates them."""
-    return check_schedule(get_schedule(schedule, p, m, v), p, m, v).peak_activations
+    return check_schedule(get_schedule(schedule, p, m, v), p, m, v, placement=placement_of(schedule)).peak_activations

@@ -16,6 +16,7 @@ cases = [  # (schedule, chunks, microbatches, recompute)
     ("gpipe", 1, 3, False), ("1f1b", 1, 2 * p, False), ("1f1b", 1, p + 1, True),
     ("interleaved", 2, 2 * p, False), ("interleaved", 2, p, True),
     ("zb-h1", 1, 2 * p, False), ("zb-h2", 1, 2 * p, False), ("zb-h1", 1, p + 1, True),
+    ("dualpipev", 2, 2 * p, False), ("dualpipev", 2, 2 * p + 1, True),
 ]
 for seed, (schedule, chunks, m, recompute) in enumerate(cases):
     batches = make_batches(seed, cfg, 2 * m, steps=2)

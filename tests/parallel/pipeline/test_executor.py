@@ -25,9 +25,13 @@ STEPS = 3
 @st.composite
 def pipeline_layouts(draw):
     """(schedule, p, m, v, micro-batch size, GPT config, balance or None)."""
-    schedule, p = draw(st.sampled_from(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"])), draw(st.integers(1, 4))
-    v = draw(st.integers(1, 2)) if schedule == "interleaved" and p > 1 else 1
-    m = p * draw(st.integers(1, 8 // p)) if v > 1 else draw(st.integers(1, 8))
+    schedule = draw(st.sampled_from(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipev"]))
+    p = draw(st.integers(1, 4))
+    v = 2 if schedule == "dualpipev" else draw(st.integers(1, 2)) if schedule == "interleaved" and p > 1 else 1
+    if schedule == "dualpipev":  # at least 2p micro-batches
+        m = draw(st.integers(2 * p, 2 * p + 2))
+    else:
+        m = p * draw(st.integers(1, 8 // p)) if v > 1 else draw(st.integers(1, 8))
     n_layer = draw(st.integers(p * v, p * v + 2))
     n_head = draw(st.sampled_from([1, 2]))
     cfg = GPTConfig(vocab_size=draw(st.integers(5, 17)), block_size=draw(st.integers(2, 6)), n_layer=n_layer,

@@ -122,8 +122,10 @@ def test_sequence_parallelism_needs_tensor_parallelism():
 def test_the_1t_model_does_not_fit_without_model_parallelism():
     config = row_config(TABLE_1[-1])
     assert not step(config, A100, 3072, 8, 4, 96, 1).fits               # 31 B params / GPU × 16 B
-    with pytest.raises(ValueError, match="does not divide n_layer"):
-        step(config, A100, 3072, 8, 48, 8, 1)
+    with pytest.raises(ValueError, match="interleaving: pp·v = 144 does not divide n_layer=128"):
+        step(config, A100, 3072, 8, 48, 8, 1, v=3)
+    with pytest.raises(ValueError, match="pp=256 stages exceed n_layer=128 blocks"):
+        step(config, A100, 4096, 1, 256, 16, 1)
 
 
 def test_table_1_is_predicted_within_10_percent_and_the_papers_layout_ranks_high():
@@ -185,7 +187,7 @@ def test_the_json_cli_prints_one_object_with_the_stable_keys(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"step_seconds", "tflops_per_device", "memory_bytes_per_device"} <= set(out)
     assert out["layout"] == {"tp": 8, "pp": 64, "dp": 6, "micro_batch": 1, "micro_batches": 512, "v": 2,
-                             "recompute": "full"}
+                             "recompute": "full", "split": [2] * 64}
     assert 100 < out["tflops_per_device"] < 250 and out["fits"]
 
 

@@ -1,0 +1,102 @@
+"""DualPipeV: the V-shaped ("cut in half") DualPipe, a schedule written as data.
+
+DeepSeek-V3's DualPipe (technical report, 2024, section 3.2.1) feeds micro-batches into both
+ends of the pipeline, so every rank holds two copies of its stages. DualPipeV, the variant
+this file follows (DeepSeek's reference code, github.com/deepseek-ai/DualPipe,
+dualpipe/dualpipev.py, the "cut-in-half" procedure, whose phases are followed here step by
+step; PyTorch's torch.distributed.pipelining has a ScheduleDualPipeV), keeps one direction and folds it:
+a pipeline of 2p stages over p ranks, rank r holding stages r and 2p-1-r (placement "v",
+schedules.py). Chunk 0 (stage r) runs down the ranks, chunk 1 (stage 2p-1-r) back up;
+the turn p-1 -> p stays on rank p-1 and the loss is on rank 0. Half DualPipe's devices for
+the same stages, and one copy of the parameters.
+
+The order of rank r, m >= 2p micro-batches, in eight phases (F0 = forward of chunk 0's next
+micro-batch, B1 = backward of chunk 1's next, "zb": the backward split into B and W, its W
+queued, W = run the oldest queued W):
+    1  2(p-1-r) x F0                  fill chunk 0 down the ranks
+    2  (r+1) x F0 F1                  the V turns: chunk 1 starts
+    3  (p-1-r) x B1(zb) W F1          the first gradients; their W's fill the gaps
+    4  (m-2p+r+1) x F0&B1 F1&B0       steady state: every forward paired with a backward
+    5  (p-1-r) x B1 F1&B0
+    6  (r+1) x B1 B0                  the second half of them zb (rank parity decides which)
+    7  (p-1-r) x W B0(zb)
+    8  (r+1) x W                      the queued W's
+F&B is a forward of one chunk and a backward of the other, independent work that a GPU
+overlaps with each other's communication (the report's figure 4). On this CPU the pair runs
+in sequence, forward first: the gain measured here is the bubble, not the overlap.
+Bubble (report's table 2, F&B the cost of an overlapped pair, B the whole backward):
+    (PP/2 - 1)(F&B + B - 3W), PP the number of stages' ranks of the bidirectional DualPipe.
+"""
+from .schedules import Action, _check_sizes, _place_communication
+
+
+def dualpipev(p, m):
+    """DualPipeV on p ranks (2p stages, placement "v") for m >= 2p micro-batches."""
+    _check_sizes(p, m, 1)
+    if m < 2 * p:
+        raise ValueError(f"dualpipev needs at least 2·p = {2 * p} micro-batches for p={p} ranks, got m={m}")
+    return _place_communication([dualpipev_order(p, m, r) for r in range(p)], p, 2, placement="v")
+
+
+def dualpipev_order(p, m, rank):
+    """Rank `rank`'s compute order under DualPipeV (the phases of the module docstring)."""
+    order = _Order()
+    for _ in range(2 * (p - 1 - rank)):
+        order.forward(0)
+    for _ in range(rank + 1):
+        order.forward(0)
+        order.forward(1)
+    for _ in range(p - 1 - rank):
+        order.backward(1, split=True)
+        order.weight()
+        order.forward(1)
+    # exercise 22.1: the steady state, forward-and-backward pairs
+    # hint: a step is two F&B pairs, order.pair(forward_chunk, backward_chunk): each pairs a forward with a backward of
+    # hint: the OTHER chunk, chunk 0's forward first. Count the steps so that, with the forwards of chunk 0 already run
+    # hint: (2(p-1-rank) + rank + 1), every chunk forwards all m micro-batches.
+    for _ in range(m - 2 * p + rank + 1):
+        order.pair(0, 1)
+        order.pair(1, 0)
+    # end exercise
+    for _ in range(p - 1 - rank):
+        order.backward(1)
+        order.pair(1, 0)
+    split = False
+    for i in range(rank + 1):  # from the middle on, the backwards leave their W's for the gaps
+        split = split or (i == (rank + 1) // 2 and rank % 2 == 1)
+        order.backward(1, split)
+        split = split or (i == (rank + 1) // 2 and rank % 2 == 0)
+        order.backward(0, split)
+    for _ in range(p - 1 - rank):
+        order.weight()
+        order.backward(0, split=True)
+    for _ in range(rank + 1):
+        order.weight()
+    return order.actions
+
+
+class _Order:
+    """A rank's compute order being written: the next micro-batch per chunk and the queued W's."""
+
+    def __init__(self):
+        self.actions, self.forwards, self.backwards, self.queued = [], [0, 0], [0, 0], []
+
+    def forward(self, chunk):
+        self.actions.append(Action("forward", self.forwards[chunk], chunk))
+        self.forwards[chunk] += 1
+
+    def backward(self, chunk, split=False):
+        """A whole backward, or (split) its B now and its W queued."""
+        mb = self.backwards[chunk]
+        self.actions.append(Action("backward_input" if split else "backward", mb, chunk))
+        if split:
+            self.queued.append((mb, chunk))
+        self.backwards[chunk] += 1
+
+    def weight(self):
+        self.actions.append(Action("backward_weight", *self.queued.pop(0)))
+
+    def pair(self, forward_chunk, backward_chunk):
+        """F&B: a forward of one chunk with a backward of the other (run one after the other here)."""
+        self.forward(forward_chunk)
+        self.backward(backward_chunk)

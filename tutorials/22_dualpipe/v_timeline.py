@@ -1,0 +1,76 @@
+"""Chapter 22, part 1: DualPipeV's V, simulated and run for real.
+
+    python tutorials/22_dualpipe/v_timeline.py --threads 2
+    mpiexec -n 2 python -m mpi4py tutorials/22_dualpipe/v_timeline.py
+
+Prints: the checker's simulated timelines of 1F1B on 8 ranks (8 stages) and of DualPipeV on
+4 ranks holding the same 8 stages in a V (rank r: stages r and 7-r), m = 10 micro-batches,
+F = B = W = 1 per stage (a whole backward is B + W = 2); each rank's idle time next to
+DeepSeek-V3's formula and the peak stored (micro-batch, stage) graphs per rank. Then a real
+DualPipeV step on this run's ranks: loss and gradients against one device, the stages each
+rank holds, and the peak graphs it held.
+"""
+import os
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # ranks share the cores: one BLAS thread each (before numpy loads)
+
+import numpy as np
+
+import parallel  # first: it sets one BLAS thread per rank under mpiexec
+import minitensor as mt
+from minitensor.models import GPT, GPTConfig
+from parallel import Pipeline
+from parallel.comm import run_on_ranks
+from parallel.launch import rank_arguments
+from parallel.pipeline import Timeline, check_schedule, get_schedule
+
+STAGES, SIM_M = 8, 10
+CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64)
+
+
+def simulate(say):
+    """Print the two simulated timelines; return them as [(title, Timeline)] (tutorials/pictures/)."""
+    timelines = []
+    say(f"simulated: {STAGES} stages, m = {SIM_M} micro-batches, F = B = W = 1 per stage")
+    for name, ranks, chunks, placement in (("1f1b", STAGES, 1, "loop"), ("dualpipev", STAGES // 2, 2, "v")):
+        report = check_schedule(get_schedule(name, ranks, SIM_M, chunks), ranks, SIM_M, chunks,
+                                weight_time=1.0, placement=placement)
+        timeline = Timeline(report.events, ranks)
+        idle = timeline.makespan - chunks * SIM_M * 3
+        formula = (ranks - 1) * 3 if name == "1f1b" else (ranks - 1) * (3 + 2 - 3)  # F&B = F + B on a CPU
+        say(f"\n{name} on {ranks} ranks:")
+        say(timeline.render())
+        say(f"{name} idle time per rank: {idle:g} units (table 2's formula {formula:g}); "
+            f"bubble {timeline.bubble_fraction():.4f}")
+        say(f"{name} peak stored graphs per rank: {report.peak_activations}")
+        timelines.append((f"{name}, {ranks} ranks", timeline))
+    return timelines
+
+
+def main():
+    group = parallel.world()
+    say = print if group.rank == 0 else (lambda *args: None)
+    simulate(say)
+
+    p, m = group.size, 2 * group.size + 2
+    rng = np.random.default_rng(1)
+    idx, targets = (rng.integers(0, CONFIG.vocab_size, (2 * m, 16)) for _ in range(2))
+    mt.manual_seed(0)
+    gpt = GPT(CONFIG).double()
+    _, ref_loss = gpt(idx, targets)
+    ref_loss.backward()
+    mt.manual_seed(0)
+    pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=m, schedule="dualpipev", chunks=2)
+    loss = pipe.train_step(idx, targets)
+    grads = pipe.full_grads()
+    held = group.all_gather(np.array([s.stage for s in pipe.stages] + [pipe.peak_activations], dtype=np.int64))
+    diff = max(np.abs(grads[n] - q.grad).max() for n, q in gpt.named_parameters())
+    say(f"\nreal dualpipev step on p = {p} rank(s), {2 * p} stages, m = {m}, float64:")
+    say(f"  loss difference {abs(loss - ref_loss.item()):.1e}, largest gradient difference {diff:.1e}")
+    for rank, (first, second, peak) in enumerate(held.reshape(-1, 3)):
+        say(f"  rank {rank} holds stages {first} and {second}; peak stored graphs {peak}")
+
+
+if __name__ == "__main__":
+    parser = rank_arguments(__doc__.split("\n")[0], default_threads=2)
+    args = parser.parse_args()
+    run_on_ranks(args.threads, main)
