@@ -185,14 +185,19 @@ class Embedding(Function):
         return dtypes.like(grad.dtype, dw.reshape(self.shape))
 
 
-def linear(x, weight, bias=None):
+def linear(x, weight, bias=None, fp8=None):
     """y = x Wᵀ + b. `x` may be a numpy array of the weight's dtype; a float64 array for
-    float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`."""
+    float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`.
+    fp8: a layer's FP8 scaling (minitensor.fp8.recipe): the products run on FP8 operands."""
     x = input_in_dtype_of("linear", x, weight, *([bias] if bias is not None else []))
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
     if bias is not None and bias.shape != weight.shape[:1]:
         raise ValueError(f"linear: bias {bias.shape} does not fit weight {weight.shape} (need {weight.shape[:1]})")
+    if fp8 is not None:
+        from minitensor.fp8.linear import Fp8LinearFunction  # the FP8 package loads only when used
+
+        return Fp8LinearFunction.apply(x, weight, *([bias] if bias is not None else []), scaling=fp8)
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
