@@ -239,3 +239,11 @@ def shapes_and_dim(draw, min_dims=1):
     maybe negative."""
     shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
     return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+# --- minitensor.fp8 --------------------------------------------------------------
+
+@st.composite
+def fp8_gemm_shapes(draw):
+    """(M, N, K, tile) of a block-scaled product: K and N often not multiples of the tile."""
+    tile = draw(st.sampled_from([4, 16, 128]))
+    return draw(st.integers(1, 9)), draw(st.integers(1, 2 * tile + 3)), draw(st.integers(1, 3 * tile + 5)), tile

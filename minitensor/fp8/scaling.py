@@ -35,9 +35,10 @@ AMAX_COMPUTE = ("max", "most_recent")
 
 
 def scale_from_amax(amax, fmt, margin=0, previous=1.0):
-    """max_fmt / amax / 2^margin, elementwise; where amax is 0 or not finite, `previous`."""
+    """max_fmt / amax / 2^margin, elementwise; where amax is 0 or not finite (or so small that
+    the scale overflows), `previous`."""
     amax = np.asarray(amax, dtype=np.float64)
-    ok = np.isfinite(amax) & (amax > 0)
+    ok = np.isfinite(amax) & (amax > fmt.max / np.finfo(np.float64).max)
     scale = fmt.max / np.where(ok, amax, 1.0) / 2.0**margin
     return np.where(ok, scale, previous)
 
