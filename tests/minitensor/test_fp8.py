@@ -13,8 +13,14 @@ from minitensor.amp import MixedPrecision, precision_policy
 from minitensor.fp8.formats import E4M3, E5M2, cast, saturate
 from minitensor.fp8.gemm import limited_matmul, scaled_matmul
 from minitensor.fp8.recipe import BlockwiseScaling, Fp8Recipe
-from minitensor.fp8.scaling import (DelayedScale, block_operand, per_tensor, quantize_blocks, quantize_tiles,
-                                    scale_from_amax)
+from minitensor.fp8.scaling import (
+    DelayedScale,
+    block_operand,
+    per_tensor,
+    quantize_blocks,
+    quantize_tiles,
+    scale_from_amax,
+)
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.nn import functional as F
 
