@@ -121,3 +121,12 @@ TESTS.update({
     "20.2": [f"{MOE}::test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order",
              f"{MOE}::test_the_layer_equals_its_definition_token_by_token[None-True]"],
 })
+
+# --- chapter 23: FP8 training ---
+FP8 = "tests/minitensor/test_fp8.py"
+TESTS.update({
+    "23.1": [f"{FP8}::test_each_tile_takes_the_scale_of_its_own_amax",
+             f"{FP8}::test_the_fp8_linear_is_the_plain_linear_when_every_operand_is_exact_in_fp8"],
+    "23.2": [f"{FP8}::test_delayed_scaling_follows_the_amax_history",
+             f"{FP8}::test_a_large_amax_leaves_the_history_after_its_length"],
+})
