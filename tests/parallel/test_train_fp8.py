@@ -12,10 +12,11 @@ def flags(*extra, steps=2):
     return TINY + ["--steps", str(steps), *extra]
 
 
-def test_cp_with_sequence_parallel_and_fp8_blockwise_passes_the_check():
-    result = main(flags("--threads", "4", "--cp", "2", "--tp", "2", "--cp-layout", "contiguous",
+def test_cp_with_sequence_parallel_and_fp8_blockwise_passes_the_check(capsys):
+    result = main(flags("--threads", "4", "--cp", "2", "--tp", "2", "--cp-layout", "contiguous", "--sequence-parallel",
                         "--precision", "fp8-blockwise", "--fp8-tile", "4", "--check"))
     assert result["check"] <= 1e-9
+    assert "precision fp8-blockwise: the blocks' linears on FP8 operands (e4m3, 1x4 tiles" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("extra, message", [
