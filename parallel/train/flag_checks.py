@@ -108,6 +108,9 @@ def check_fp8_args(args):
     if not args.precision.startswith("fp8-"):
         return
     flag = f"--precision {args.precision}"
+    if args.dtype == "float64" and not args.check:
+        raise ValueError(f"{flag} with --dtype float64: FP8 operands summed in float64 are --check's exact reference, "
+                         f"not a way to train (FP8 hardware accumulates in float32); leave out --dtype, or add --check")
     if args.experts:
         raise ValueError(f"{flag} with --experts {args.experts}: FP8 experts are not composed yet (the router "
                          f"would stay in higher precision); train experts in float32 or float64")

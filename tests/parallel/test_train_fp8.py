@@ -29,6 +29,7 @@ def test_cp_with_sequence_parallel_and_fp8_blockwise_passes_the_check(capsys):
      "--fp8-tile 8 does not divide the tokens in a row on one rank (T/cp, zigzag: T/(2cp)) = 2"),
     (["--precision", "fp8-delayed", "--experts", "2"], "--precision fp8-delayed with --experts 2"),
     (["--precision", "fp8-delayed", "--check", "--dtype", "float32"], "an fp8 recipe is compared in float64"),
+    (["--precision", "fp8-delayed", "--dtype", "float64"], "--precision fp8-delayed with --dtype float64: FP8 operands"),
 ])
 def test_bad_fp8_flags_are_one_line_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
