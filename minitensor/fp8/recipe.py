@@ -16,7 +16,10 @@ they read, for y = x Wᵀ (x: (M, K) tokens × features, W: (N, K)):
 grad_factor: a rank's dY is (dp·cp)× the single device's (each replica's loss is the mean
 over its own tokens; their gradients are averaged after), so a delayed dY history records
 amax / grad_factor and casts with scale / grad_factor: the history is the same in every
-layout, and a checkpoint's histories resume in any layout.
+layout, and a checkpoint's histories resume in any layout. Under gradient accumulation
+HybridGPT adds the batches' gradients and divides after, so dY is the batch's own gradient:
+a reference must do the same (the first steps cast with scale 1, so the gradient's
+normalization is part of the recipe).
 """
 from dataclasses import dataclass
 

@@ -67,11 +67,11 @@ class SingleDeviceCheck:
         """(relative loss difference, worst relative gradient difference, its name)."""
         self.amp.zero_grad()
         ref_losses = []
-        for idx, targets in batches:
+        for idx, targets in batches:  # as the parallel model: the batches' gradients added, divided after
             _, ref_loss = self.model(idx, targets)
-            self.amp.backward(ref_loss / len(batches))
+            self.amp.backward(ref_loss)
             ref_losses.append(ref_loss.item())
-        self.amp.grads_to_master()
+        self.amp.grads_to_master(divisor=len(batches))
         ref_loss = float(np.mean(ref_losses))
         scale = self.amp.scaler.scale
         ref_grads = {name: m.grad / scale if scale != 1 else m.grad
