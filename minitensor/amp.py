@@ -29,6 +29,9 @@ Why each part (Micikevicius et al. 2018, "Mixed Precision Training"):
   skipped and S halved; after `growth_interval` clean steps S doubles. Every rank must
   skip the same steps, so the found-inf flag is MAX-all-reduced over every group that
   holds gradients (`groups`) before anyone decides.
+* FP8 (fp8-current, fp8-delayed, fp8-blockwise; minitensor.fp8): the blocks' linears multiply
+  FP8 operands with their scales; the rest, masters and moments keep the model's dtype (float32;
+  float64: the exact reference of the same quantization). Delayed scales roll in `step`.
 """
 import contextlib
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ class PrecisionPolicy:
     master_dtype: np.dtype
     reduce_dtype: np.dtype
     loss_scaling: bool = False
+    fp8: object = None  # a minitensor.fp8.recipe.Fp8Recipe: the blocks' linears run in FP8
 
     def __post_init__(self):
         if np.dtype(self.reduce_dtype) != np.dtype(self.master_dtype):
@@ -70,12 +74,17 @@ def _uniform(name, dtype):
     return PrecisionPolicy(name, np.dtype(dtype), np.dtype(dtype), np.dtype(dtype))
 
 
-POLICIES = ("fp64", "fp32", "fp16", "bf16")
+POLICIES = ("fp64", "fp32", "fp16", "bf16", "fp8-current", "fp8-delayed", "fp8-blockwise")
 
 
-def precision_policy(name):
+def precision_policy(name, dtype=dtypes.float32, **fp8_settings):
     """The policy called `name`: fp64 and fp32 compute, keep and reduce in one dtype (fp64 is
-    the tests' reference); fp16 computes in float16 with loss scaling; bf16 in bfloat16."""
+    the tests' reference); fp16 computes in float16 with loss scaling; bf16 in bfloat16;
+    fp8-* keep `dtype` throughout but for the blocks' products (fp8_settings: the recipe's)."""
+    if name.startswith("fp8-") and name in POLICIES:
+        from minitensor.fp8.recipe import Fp8Recipe  # noqa: I001  (the FP8 package loads only when used)
+        return PrecisionPolicy(name, np.dtype(dtype), np.dtype(dtype), np.dtype(dtype),
+                               fp8=Fp8Recipe(name[4:], **fp8_settings))
     if name == "fp64":
         return _uniform("fp64", dtypes.float64)
     if name == "fp32":
@@ -92,8 +101,8 @@ def precision_policy(name):
 
 def policy_of_dtype(dtype):
     """The uniform policy of a model built in `dtype` (float32 or float64): what it does without one."""
-    return _uniform({np.dtype(dtypes.float64): "fp64", np.dtype(dtypes.float32): "fp32"}.get(np.dtype(dtype),
-                                                                                          str(np.dtype(dtype))), dtype)
+    names = {np.dtype(dtypes.float64): "fp64", np.dtype(dtypes.float32): "fp32"}
+    return _uniform(names.get(np.dtype(dtype), str(np.dtype(dtype))), dtype)
 
 
 class GradScaler:
@@ -174,10 +183,12 @@ class MixedPrecision:
     Under a uniform policy (fp32, fp64) the masters ARE the parameters and every method
     reduces to what training does without this class: same arithmetic, same bits.
     groups: the groups whose ranks hold other gradients of the same model (dp, tp, pp);
-    the found-inf flag is MAX-all-reduced over each, so every rank skips alike.
+    the found-inf flag is MAX-all-reduced over each, so every rank skips alike. Under an FP8
+    policy, `model`'s blocks' linears get the recipe's scaling (minitensor.fp8.linear.Fp8Scales,
+    amaxes MAX-reduced over `amax_groups`; grad_factor: see minitensor.fp8.recipe).
     """
 
-    def __init__(self, params, policy, groups=(), **scaler_settings):
+    def __init__(self, params, policy, groups=(), model=None, amax_groups=(), grad_factor=1, **scaler_settings):
         self.params, self.policy = list(params), policy
         self.groups = [g for g in groups if g.size > 1]
         self.scaler = policy.grad_scaler(**scaler_settings)
@@ -194,16 +205,18 @@ class MixedPrecision:
             self.masters = self.params
         self.sharded_grads = None  # set by hand_over_masters: the masters live in flat shards elsewhere
         self.skipped = 0  # steps skipped for an inf/nan gradient
+        self.fp8 = None  # under an FP8 policy: the scales of `model`'s FP8 linears, agreed over `amax_groups`
+        if policy.fp8 is not None:
+            from minitensor.fp8.linear import Fp8Scales  # noqa: I001
+            self.fp8 = Fp8Scales(model, policy.fp8, amax_groups, grad_factor)
 
     def hand_over_masters(self, sharded_grads):
-        """ZeRO-2/3 (parallel.data_parallel.flat_units.shard_masters): each rank now keeps 1/n
-        of the float32 masters as flat chunks, which the sharded optimizer steps and rounds
-        into the compute copies;
-        the whole masters go. The parameters themselves stand for the masters by name (a
-        gather fills their .data with the masters' values); `sharded_grads()` returns the
-        masters' gradient chunks the scaler unscales; grads_to_master, masters_to_params
-        and params_hold_masters leave the parameters alone (the sharded reducer, the
-        optimizer and the gather do their work)."""
+        """ZeRO-2/3 (parallel.data_parallel.flat_units.shard_masters): each rank keeps 1/n of the
+        float32 masters as flat chunks, which the sharded optimizer steps and rounds into the
+        compute copies; the whole masters go. The parameters stand for the masters by name (a
+        gather fills their .data with the masters' values); `sharded_grads()` returns the masters'
+        gradient chunks the scaler unscales; grads_to_master, masters_to_params and
+        params_hold_masters leave the parameters alone (the reducer, optimizer and gather work)."""
         self.masters, self.sharded_grads = self.params, sharded_grads
 
     @property
@@ -254,6 +267,8 @@ class MixedPrecision:
                 return False
         optimizer.step()
         self.masters_to_params()
+        if self.fp8 is not None:
+            self.fp8.update()
         return True
 
     def masters_to_params(self):

@@ -344,3 +344,12 @@ def dualpipev_layouts(draw, max_world=8):
                   zero=draw(st.sampled_from([0, 1, 2, 3])))
     config = dict(drawn["config"], n_layer=2 * pp + draw(st.integers(0, 1)))
     return dict(drawn, layout=layout, config=config)
+
+
+# --- minitensor.fp8 --------------------------------------------------------------
+
+@st.composite
+def fp8_gemm_shapes(draw):
+    """(M, N, K, tile) of a block-scaled product: K and N often not multiples of the tile."""
+    tile = draw(st.sampled_from([4, 16, 128]))
+    return draw(st.integers(1, 9)), draw(st.integers(1, 2 * tile + 3)), draw(st.integers(1, 3 * tile + 5)), tile

@@ -7,7 +7,8 @@ from minitensor import dtypes, unary_ops
 from minitensor.activations import elu, hardsigmoid, hardtanh, leaky_relu, logsigmoid, relu6, sigmoid, silu, softplus  # noqa: F401  (F.elu ... as in PyTorch)
 from minitensor.autograd import Function
 from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch)
-from minitensor.nn.checks import check_class_targets, classes_last, index_array, input_in_dtype_of
+from minitensor.nn.checks import check_class_targets, classes_last, input_in_dtype_of
+from minitensor.nn.embedding import embedding  # noqa: F401  (F.embedding)
 from minitensor.nn.flash_attention import flash_attention  # noqa: F401  (F.flash_attention)
 from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
 from minitensor.padding import pad  # noqa: F401  (F.pad, as in PyTorch)
@@ -172,31 +173,19 @@ class CrossEntropy(Function):
         return dtypes.like(self.dtype, d)
 
 
-class Embedding(Function):
-    """Row lookup `weight[idx]`; the gradient of a row adds up over its uses."""
-
-    def forward(self, weight, idx):
-        self.idx, self.shape = idx, weight.shape
-        return weight[idx]
-
-    def backward(self, grad):
-        # Scatter-add into the flattened table: element (i, j) of row idx[i] sits at
-        # idx[i]·dim + j. numpy's add.at is fast on 1-D indices, slow on row indices.
-        dim = self.shape[1]
-        flat = (self.idx.reshape(-1, 1) * dim + np.arange(dim)).reshape(-1)
-        dw = np.zeros(self.shape[0] * dim, dtypes.accumulate_dtype(grad.dtype))  # a sum: float32 for 16-bit
-        np.add.at(dw, flat, grad.reshape(-1))
-        return dtypes.like(grad.dtype, dw.reshape(self.shape))
-
-
-def linear(x, weight, bias=None):
+def linear(x, weight, bias=None, fp8=None):
     """y = x Wᵀ + b. `x` may be a numpy array of the weight's dtype; a float64 array for
-    float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`."""
+    float32 weights is an error: convert it with `mt.tensor(x, dtype=mt.float32)`.
+    fp8: a layer's FP8 scaling (minitensor.fp8.recipe): the products run on FP8 operands."""
     x = input_in_dtype_of("linear", x, weight, *([bias] if bias is not None else []))
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input {x.shape} does not fit weight {weight.shape} (need last dim {weight.shape[1]})")
     if bias is not None and bias.shape != weight.shape[:1]:
         raise ValueError(f"linear: bias {bias.shape} does not fit weight {weight.shape} (need {weight.shape[:1]})")
+    if fp8 is not None:
+        from minitensor.fp8.linear import Fp8LinearFunction  # the FP8 package loads only when used
+
+        return Fp8LinearFunction.apply(x, weight, *([bias] if bias is not None else []), scaling=fp8)
     return Linear.apply(x, weight, bias) if bias is not None else Linear.apply(x, weight)
 
 
@@ -248,13 +237,6 @@ def cross_entropy(logits, targets, ignore_index=-100, *, reduction="mean", label
         return nll_loss(log_softmax(logits), targets, ignore_index, reduction, weight=weight,
                         label_smoothing=label_smoothing)
     return CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index)
-
-
-def embedding(idx, weight):
-    idx = index_array(idx)
-    if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
-        raise IndexError(f"embedding: indices range [{idx.min()}, {idx.max()}] outside [0, {weight.shape[0]})")
-    return Embedding.apply(weight, idx=idx)
 
 
 def dropout(x, p=0.5, training=True, generator=None):

@@ -30,9 +30,10 @@ class Linear(Module):
         bound = 1 / math.sqrt(in_features)
         self.weight = Parameter(uniform((out_features, in_features), bound, dtype))
         self.bias = Parameter(uniform((out_features,), bound, dtype)) if bias else None
+        self.fp8 = None  # an FP8 recipe's scaling state (minitensor.fp8), set by an FP8 precision policy
 
     def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias, fp8=self.fp8)
 
 
 class Embedding(Module):

@@ -1,10 +1,14 @@
-"""`python -m parallel.bench precision`: step time and bytes per rank under fp32, fp16 and bf16.
+"""`python -m parallel.bench precision`: step time and bytes per rank under fp32, fp16, bf16 and
+the FP8 recipes (fp8-delayed, fp8-blockwise: minitensor.fp8).
 
 On a CPU this shows memory, not speed. numpy has no fast 16-bit arithmetic: its float16
 GEMM runs without BLAS, and its float32 ↔ float16 conversion and float16 elementwise
 ops are scalar loops, so minitensor multiplies 16-bit matrices in float32 BLAS
 (minitensor.dtypes) and pays a conversion on every GEMM; bfloat16 (ml_dtypes) converts
-faster. The first table measures that; the second, one training step of the GPT.
+faster. The FP8 products are emulated the same way: the operands are scaled, cast to FP8
+(ml_dtypes) and multiplied in float32 BLAS, tile by tile for the blockwise recipe, so here
+they cost time that an H100's FP8 tensor cores would save (the planner's h100 profile models
+that). The first table measures those GEMMs; the second, one training step of the GPT.
 """
 import numpy as np
 
@@ -13,6 +17,8 @@ from minitensor import dtypes
 from minitensor.amp import precision_policy
 from minitensor.bench_cli import bench_parser, run_bench
 from minitensor.bench_timing import median_seconds
+from minitensor.fp8.gemm import scaled_matmul
+from minitensor.fp8.recipe import Fp8Recipe
 from minitensor.models.gpt import GPT, GPTConfig
 
 from ..comm import run_threads
@@ -33,6 +39,11 @@ def gemm_table(n, repeats):
         a_bf, b_bf = a.astype(dtypes.bfloat16), b.astype(dtypes.bfloat16)
         rows.append(("bfloat16 via float32 BLAS (minitensor)",
                      median_seconds(lambda: dtypes.matmul(a_bf, b_bf), repeats)))
+    for name, recipe in (("FP8 per tensor: cast, scaled float32 BLAS", Fp8Recipe("current")),
+                         ("FP8 1x128 tiles, 128x128 blocks", Fp8Recipe("blockwise"))):
+        layer = recipe.layer()
+        rows.append((name, median_seconds(lambda: scaled_matmul(*layer.forward_operands(a, b)[:2], np.float32),
+                                          repeats)))
     base = rows[0][1]
     lines = [f"GEMM {n}x{n} @ {n}x{n}, median of {repeats}:", f"  {'':<40}{'ms':>9}{'vs fp32':>9}"]
     lines += [f"  {name:<40}{t * 1e3:>9.2f}{t / base:>8.1f}x" for name, t in rows]
@@ -73,17 +84,17 @@ def main(argv=None):
 def run(args):
     print(gemm_table(args.gemm, repeats=10))
     config = GPTConfig(vocab_size=64, block_size=32, n_layer=args.n_layer, n_head=4, d_model=args.d_model)
-    policies = ["fp32", "fp16"] + (["bf16"] if dtypes.bfloat16 is not None else [])
+    policies = ["fp32", "fp16"] + (["bf16"] if dtypes.bfloat16 is not None else []) + ["fp8-delayed", "fp8-blockwise"]
     print(f"\nGPT n_layer={args.n_layer} d_model={args.d_model} block 32, batch {args.batch}, dp={args.dp} "
           f"(threads), median of {args.steps} steps; bytes of rank 0 measured | planner formula")
-    print(f"  {'policy':<7}{'step ms':>9}{'vs fp32':>9}{'params':>24}{'grads':>24}{'optim':>24}{'total':>24}")
+    print(f"  {'policy':<14}{'step ms':>9}{'vs fp32':>9}{'params':>24}{'grads':>24}{'optim':>24}{'total':>24}")
     base = None
     for name in policies:
         seconds, memory, formula = step_row(name, config, args.dp, args.batch, args.steps)
         base = base or seconds
         cells = [f"{memory[k]:,} | {formula[k]:,}" for k in ("params", "grads", "optim")]
         cells.append(f"{sum(memory.values()):,} | {sum(formula.values()):,}")
-        print(f"  {name:<7}{seconds * 1e3:>9.1f}{seconds / base:>8.2f}x" + "".join(f"{c:>24}" for c in cells))
+        print(f"  {name:<14}{seconds * 1e3:>9.1f}{seconds / base:>8.2f}x" + "".join(f"{c:>24}" for c in cells))
     if dtypes.bfloat16 is None:
         print("  (bf16 left out: pip install -e '.[bf16]')")
     print(f"\n{precision_policy('fp16').name}: compute float16, masters/moments/reduction float32, loss scaling; "

@@ -161,6 +161,8 @@ def load_checkpoint(path, model):
     saved_scaler = manifest["optimizer"].get("scaler")  # older checkpoints have none
     if saved_scaler and saved_scaler["enabled"] and model.amp is not None and model.amp.scaler.enabled:
         model.amp.scaler.load_state_dict(saved_scaler)
+    if model.amp is not None and model.amp.fp8 is not None:  # the amax histories resume where they were
+        model.amp.fp8.load_state_dict(manifest["optimizer"].get("fp8") or {})
     if rng is not None:
         set_rng_state_json(model, rng)
     if model.outer is not None and not replicas_differ:

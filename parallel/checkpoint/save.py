@@ -89,12 +89,13 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after
     with model.full_parameters():  # ZeRO-3: each rank writes its whole local arrays, like any layout
         records = all_gather_json(world, attempt(write_and_describe))
     fail_together(records, tmp, world)
+    fp8 = fp8_scales(model, world)
     outcome = None
     if world.rank == 0:
         outer = model.outer  # local SGD's: every replica saved its own state
         optim = {"type": optimizer_type(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None,
-                 "scaler": model.amp.scaler.state_dict() if model.amp is not None else None,
+                 "scaler": model.amp.scaler.state_dict() if model.amp is not None else None, "fp8": fp8,
                  "outer": outer.hyperparameters() if outer is not None else None}
         manifest = build_manifest(records, step, model.config, model.layout(), mesh.sizes(), optim, extra or {})
 
@@ -104,6 +105,14 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after
         outcome = attempt(publish)
     fail_together(all_gather_json(world, outcome), tmp, world)  # also: nobody returns before publication
     return final
+
+
+def fp8_scales(model, world):
+    """The delayed FP8 scales of every pipeline stage, by layer and role (a collective; None
+    without an FP8 policy). The ranks of a stage hold the same ones: their MAX was agreed."""
+    if model.amp is None or model.amp.fp8 is None:
+        return None
+    return {name: state for part in all_gather_json(world, model.amp.fp8.state_dict()) for name, state in part.items()}
 
 
 def attempt(action):

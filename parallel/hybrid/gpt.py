@@ -34,6 +34,9 @@ moments) and of their float32 gradient (`grad_shard`); ZeRO-3 gathers a 16-bit c
 the chunk (`compute_shard`), ZeRO-2 all-gathers the rounded chunks into the 16-bit
 parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp) under
 ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments).
+Under an FP8 recipe (`precision="fp8-delayed"` or `"fp8-blockwise"`, minitensor.fp8) the blocks'
+linears multiply FP8 operands; the amaxes are MAX-reduced over tp and dp × cp once per step, so
+every layout casts with one device's scales.
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's
@@ -48,7 +51,7 @@ batches, so the step sees the gradient of their mean loss), then steps and zeroe
 """
 import numpy as np
 
-from minitensor.amp import MixedPrecision, policy_of_dtype, precision_policy
+from minitensor.amp import MixedPrecision, PrecisionPolicy, policy_of_dtype, precision_policy
 from minitensor.nn.moe import MoE
 
 from ..context_parallel import ContextParallel
@@ -81,8 +84,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
     (REPLICA_SYNCS); prefetch: ZeRO-3 all-gathers issued ahead;
     seed: the TP dropout streams; cp_layout: "zigzag" or "contiguous", the tokens of each cp
     rank (with mesh.cp > 1); cp_comm_type: "p2p" (ring attention) or "a2a" (Ulysses: heads
-    per tp rank divisible by cp); precision: a minitensor.amp policy name ("fp32", "fp16",
-    "bf16", ...; `gpt` is built in its master dtype), default the gpt's own dtype
+    per tp rank divisible by cp); precision: a minitensor.amp policy or its name ("fp32", "fp16",
+    "bf16", "fp8-delayed", ...; `gpt` is built in its master dtype), default the gpt's own dtype
     throughout; scaler: GradScaler settings.
     """
 
@@ -110,9 +113,13 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
         self.tied = TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
-        policy = precision_policy(precision) if precision else policy_of_dtype(self.parameters()[0].dtype)
+        # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the
+        # replicas); a replica's gradients are dp·cp times the single device's (minitensor.fp8.recipe).
+        policy = (precision if isinstance(precision, PrecisionPolicy) else precision_policy(precision) if precision
+                  else policy_of_dtype(self.parameters()[0].dtype))
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
-                                  **(scaler or {}))
+                                  model=self, amax_groups=(mesh.tp_group, mesh.dp_cp_group),
+                                  grad_factor=mesh.dp * mesh.cp, **(scaler or {}))
         names = [name for name, _ in self.named_parameters()]
         parts = ModelParts(self.stages, self.tied, self.amp, mesh, names, microbatches, prefetch)
         self.replicas = REPLICA_SYNCS[int(zero)](parts)

@@ -8,7 +8,8 @@ stage i holding L_i blocks:
     lm_head:  6·V·h·T / tp on the last stage
 Summed over stages this is 6·N·tokens + 12·n_layer·b·s²·h with N = 12·n_layer·h² + V·h
 (the weights that multiply activations; embedding lookups cost no flops).
-Seconds = flops / (peak flops of the dtype × the profile's efficiency).
+Seconds = flops / (peak flops of the dtype × the profile's efficiency). Under an FP8 recipe
+the blocks' linear products, passes·24·h²·T / tp per block, run at the float8 peak instead.
 
 Communication, α latency per message and β = 1 / bandwidth seconds per byte, on the
 intra-node link when the whole group fits in one node, the inter-node link otherwise:
@@ -40,7 +41,7 @@ and fill all but (p − 1 + max(0, p − m))·t_stage/3 of it with W's: a third 
 m ≥ p (pipeline.zero_bubble). With recomputation the W's run inside B (the recomputed
 graph is backpropagated whole), so the bubble stays 1F1B's.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..alpha_beta import all_gather, ring_all_reduce, send_recv
 from ..context_parallel.layout import ring_elements
@@ -76,6 +77,15 @@ def block_flops(config, moe, tokens, tp, passes):
     # the router, each token's k experts and the S shared ones, whole on every tp rank (not split)
     experts = 2 * (h * config.n_experts + (config.top_k + config.shared_experts) * 2 * h * config.expert_width) * tokens
     return passes * (attention / tp + experts)
+
+
+def fp8_seconds(profile, precision, config, layers, tokens, tp, recompute, rate):
+    """Seconds an FP8 recipe saves on a stage: the blocks' linears at the float8 peak, not `rate`."""
+    if not precision.fp8_flops_keys:
+        return 0.0
+    _, fp8_peak = peak_flops(profile, replace(precision, flops_keys=precision.fp8_flops_keys))
+    linears = (4 if recompute else 3) * 2 * 12 * config.d_model**2 * tokens / tp * layers
+    return linears / rate - linears / (fp8_peak * profile["efficiency"])
 
 
 def stage_flops(config, layers, tokens, tp, recompute, last, first_block=0):
@@ -226,7 +236,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     for stage, count in enumerate(layers):
         blocks = stage_blocks(config, p, stage, balance)
         flops = stage_flops(config, count, tokens, layout.tp, layout.recompute, stage == p - 1, blocks.start)
-        compute = flops / rate
+        compute = flops / rate - fp8_seconds(profile, precision, config, count, tokens, layout.tp, layout.recompute, rate)
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
         ep_mb = moe_blocks(config, blocks) * ep_layer
         stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb))

@@ -32,6 +32,7 @@ class Precision:
     master_bytes: int = 0     # a float32 master weight (minitensor.amp; whole under ZeRO-0/1, 1/R of it under
                               # ZeRO-2/3), counted with the optimizer state
     reduce_bytes: int = 0     # bytes per gradient element the dp reduction moves (0: grad_bytes)
+    fp8_flops_keys: tuple = ()  # an FP8 recipe: the peak the blocks' linear products run at (cost.py)
 
     @property
     def dp_grad_bytes(self):
@@ -62,7 +63,9 @@ def policy_precision(policy):
     AdamW moments) plus the 4-byte master gradient the float32 reduction needs (Megatron's
     main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole);
     ZeRO-2/3 shard the masters too and keep only the float32 gradient chunk (memory.py).
-    Uniform: the dtype's weight, gradient and two moments."""
+    Uniform: the dtype's weight, gradient and two moments. An FP8 recipe keeps the uniform
+    policy's bytes (its FP8 operands are cast per product and freed) and runs the blocks'
+    linear products at the device's float8 peak: a device without one (an A100) has no FP8."""
     compute, master = np.dtype(policy.compute_dtype).itemsize, np.dtype(policy.master_dtype).itemsize
     # 16-bit GEMMs run at the device's 16-bit peak; a CPU lists none, and there minitensor
     # multiplies 16-bit matrices in float32 BLAS (minitensor.dtypes): its float32 peak.
@@ -70,7 +73,8 @@ def policy_precision(policy):
     if policy.mixed:
         return Precision(policy.name, compute, compute + master, 2 * master, compute, flops, master_bytes=master,
                          reduce_bytes=np.dtype(policy.reduce_dtype).itemsize)
-    return Precision(policy.name, master, master, 2 * master, master, flops)
+    return Precision(policy.name, master, master, 2 * master, master, flops,
+                     fp8_flops_keys=("float8",) if policy.fp8 is not None else ())
 
 
 @dataclass(frozen=True)

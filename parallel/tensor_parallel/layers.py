@@ -70,10 +70,11 @@ class ColumnParallelLinear(TensorParallelModule):
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.weight = sharded_parameter(dense.weight.data, 0, group, padded)
         self.bias = sharded_parameter(dense.bias.data, 0, group, padded) if dense.bias is not None else None
+        self.fp8 = None  # FP8 scaling state (minitensor.fp8), set by an FP8 precision policy
 
     def local(self, x):
         """This rank's output features from an input already in the parallel region."""
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias, fp8=self.fp8)
 
     def forward(self, x):
         # exercise 05.2: column-parallel forward
@@ -99,6 +100,7 @@ class RowParallelLinear(TensorParallelModule):
             raise ValueError("RowParallelLinear: sequence_parallel needs input_is_parallel=True")
         self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
         self.weight = sharded_parameter(dense.weight.data, 1, group)
+        self.fp8 = None  # FP8 scaling state (minitensor.fp8), set by an FP8 precision policy
         self.bias = None
         if dense.bias is not None:
             self.bias = nn.Parameter(dense.bias.data.copy())
@@ -111,6 +113,6 @@ class RowParallelLinear(TensorParallelModule):
         # hint: weight gives a partial sum: exit_row_parallel (g) sums it; add the bias once, after the sum.
         if not self.input_is_parallel:
             x = scatter_to_tensor_model_parallel_region(x, self.group)
-        y = exit_row_parallel(F.linear(x, self.weight), self.group, self.sequence_parallel)
+        y = exit_row_parallel(F.linear(x, self.weight, fp8=self.fp8), self.group, self.sequence_parallel)
         return y + self.bias if self.bias is not None else y
         # end exercise

@@ -37,6 +37,7 @@ EXAMPLES = """examples:
   python -m parallel.train --threads 4 --dp 4 --ep 2 --experts 4 --top-k 2 --check  # mixture of experts
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
+  python -m parallel.train --threads 4 --dp 2 --tp 2 --precision fp8-delayed --check  # same FP8 recipe, 1e-9
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
@@ -91,9 +92,17 @@ def build_parser():
     train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")
     train.add_argument("--seed", type=int, help="seed of the weights and of the batches")
-    train.add_argument("--precision", choices=["fp32", "fp16", "bf16"],
+    train.add_argument("--precision", choices=["fp32", "fp16", "bf16", "fp8-delayed", "fp8-blockwise"],
                        help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
-                            "reduction; fp16 with dynamic loss scaling (minitensor.amp). Default fp32")
+                            "reduction; fp16 with dynamic loss scaling (minitensor.amp). fp8-*: the blocks' "
+                            "linears multiply FP8 operands (minitensor.fp8), the rest stays in --dtype. Default fp32")
+    train.add_argument("--fp8-history", type=int, default=16, metavar="N",
+                       help="fp8-delayed: steps of amax history (default 16)")
+    train.add_argument("--fp8-margin", type=int, default=0, metavar="M", help="fp8-delayed: scale = max/amax/2^M")
+    train.add_argument("--fp8-amax", choices=("max", "most_recent"), default="max",
+                       help="fp8-delayed: the history's max or its newest amax (default max)")
+    train.add_argument("--fp8-tile", type=int, default=128, metavar="T",
+                       help="fp8-blockwise: 1×T tiles, T×T weight blocks (default 128, DeepSeek-V3's)")
     layout = p.add_argument_group("layout: world size = dp × tp × pp × cp")
     layout.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     layout.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage")
@@ -179,7 +188,8 @@ def fill_defaults(args):
     elif args.check is not None:
         if args.dtype == "float32" or args.precision == "fp32":
             raise ValueError("--check compares with one device to 1e-9 and needs --dtype float64 (or leave it unset, "
-                             "or compare a 16-bit run under its own policy: --precision fp16 or bf16)")
+                             "or compare a 16-bit run under its own policy: --precision fp16 or bf16; an fp8 "
+                             "recipe is compared in float64, its exact reference)")
         args.dtype = "float64"
     for name, value in task_defaults(args).items():
         if getattr(args, name, None) is None:
@@ -191,7 +201,7 @@ def fill_defaults(args):
         for name, value in (("top_k", min(2, args.experts)), ("moe_every", 1), ("aux_loss_coef", 0.01),
                             ("z_loss_coef", 0.0)):
             setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
-    if args.precision not in ("fp16", "bf16"):
+    if args.precision not in ("fp16", "bf16", "fp8-delayed", "fp8-blockwise"):
         args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)
     return args

@@ -17,7 +17,8 @@ from ..pipeline.partition import check_balance
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
-                            "moe_every", "expert_hidden", "max_ranks_per_token", "attention_block"), AT_LEAST_1),
+                            "moe_every", "expert_hidden", "max_ranks_per_token", "attention_block", "fp8_history",
+                            "fp8_tile"), AT_LEAST_1), "fp8_margin": AT_LEAST_0,
           "experts": AT_LEAST_0, "shared_experts": AT_LEAST_0, "expert_bias_rate": NON_NEGATIVE, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
           "z_loss_coef": NON_NEGATIVE,
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
@@ -90,7 +91,8 @@ def check_args(args, world_size):
         raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
-    precision_policy(args.precision)  # bf16 without the ml_dtypes package: how to install it
+    precision_of(args)  # bf16 without the ml_dtypes package: how to install it
+    check_fp8_args(args)
     if args.check and args.resume:
         raise ValueError("--check trains the single-device model from the initial weights; it cannot follow --resume")
     if args.model == "bert" and args.data:
@@ -126,6 +128,42 @@ def check_dualpipev_args(args):
     if args.model == "bert":
         raise ValueError("--schedule dualpipev with --model bert: the V puts both ends of the model on pp rank 0, "
                          "where the tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
+
+
+def precision_of(args):
+    """The precision policy the flags name (an FP8 recipe with its settings, in --dtype)."""
+    if not args.precision.startswith("fp8-"):
+        return precision_policy(args.precision)
+    return precision_policy(args.precision, args.dtype, **({"tile": args.fp8_tile} if args.precision == "fp8-blockwise"
+                                                           else {"history": args.fp8_history, "margin": args.fp8_margin,
+                                                                 "amax_compute": args.fp8_amax}))
+
+
+def check_fp8_args(args):
+    """An FP8 recipe's settings and the layouts it composes with. Blockwise: a tile must not
+    straddle two ranks' parts, so t divides every contracted or split size a rank holds: the
+    hidden size, the attention and MLP widths per tp rank, and the shortest run of one
+    sequence's consecutive tokens on a rank (the weight-gradient product's tiles run along
+    the tokens): T/cp, or T/(2·cp) under zigzag."""
+    if not args.precision.startswith("fp8-"):
+        return
+    flag = f"--precision {args.precision}"
+    if args.dtype == "float64" and not args.check:
+        raise ValueError(f"{flag} with --dtype float64: FP8 operands summed in float64 are --check's exact reference, "
+                         f"not a way to train (FP8 hardware accumulates in float32); leave out --dtype, or add --check")
+    if args.experts:
+        raise ValueError(f"{flag} with --experts {args.experts}: FP8 experts are not composed yet (the router "
+                         f"would stay in higher precision); train experts in float32 or float64")
+    if args.precision != "fp8-blockwise":
+        return
+    run = args.block_size // args.cp // (2 if args.cp > 1 and args.cp_layout == "zigzag" else 1)
+    for what, size in (("--d-model", args.d_model), ("--d-model / --tp", args.d_model // args.tp),
+                       ("the MLP width 4·d-model / --tp", 4 * args.d_model // args.tp),
+                       ("the tokens in a row on one rank (T/cp, zigzag: T/(2cp))", run)):
+        if size % args.fp8_tile:
+            raise ValueError(f"{flag} --fp8-tile {args.fp8_tile} does not divide {what} = {size}: a tile "
+                             f"would straddle two ranks' parts, and the layout would quantize other tiles than one "
+                             f"device; choose a tile that divides it")
 
 
 def length_hint(args):
@@ -173,7 +211,7 @@ def check_parameter_server_args(args, compress):
               f"--schedule {args.schedule}" if args.schedule != "1f1b" else None,
               f"--chunks {args.chunks}" if args.chunks > 1 else None,
               f"--eval-every {args.eval_every}" if args.eval_every else None,
-              f"--precision {args.precision}" if args.precision in ("fp16", "bf16") else None, f"--compress {args.compress}" if compress else None,
+              f"--precision {args.precision}" if args.precision not in ("fp32", "fp64") else None, f"--compress {args.compress}" if compress else None,
               f"--local-steps {args.local_steps}" if args.local_steps is not None else None,
               f"--microbatches {args.microbatches}" if args.microbatches > 1 else None,
               f"--accumulate {args.accumulate}" if args.accumulate > 1 else None,

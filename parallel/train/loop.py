@@ -22,6 +22,7 @@ from . import report
 from .check import TOLERANCES, SingleDeviceCheck
 from .errors import configure_world
 from .finite import NOTHING_SAVED, check_finite, check_state_finite
+from .flag_checks import precision_of
 from .preflight import in_the_way_after
 from .task import evaluate, global_batch, make_task, sample
 
@@ -56,7 +57,7 @@ def build(args, task, group):
                       microbatches=args.microbatches,
                       schedule=args.schedule, chunks=args.chunks, balance=args.balance, sequence_parallel=args.sequence_parallel,
                       recompute_activations=args.recompute_activations, zero=args.zero, seed=args.seed,
-                      cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=args.precision)
+                      cp_layout=args.cp_layout, cp_comm_type=args.cp_comm_type, precision=precision_of(args))
     model.configure_optimizer(lr=args.lr, weight_decay=args.weight_decay)
     hook = make_hook(args.compress, seed=args.seed)
     if hook is not None:

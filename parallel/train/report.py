@@ -31,6 +31,14 @@ def blas_report(group):
             f"(parallel.train restarted itself with OPENBLAS_NUM_THREADS=1; set it to choose)")
 
 
+def fp8_recipe_text(recipe):
+    """An FP8 recipe's settings in a few words."""
+    if recipe.scaling == "blockwise":
+        return f"e4m3, 1x{recipe.tile} tiles and {recipe.tile}x{recipe.tile} weight blocks"
+    return (f"e4m3 forward, e5m2 gradients, delayed: {recipe.history} steps of amax history, "
+            f"{recipe.amax_compute}, margin {recipe.margin}")
+
+
 def startup_summary(args, model, group):
     """Layout, rank grid, parameters per rank, BLAS threads (collective: gathers the counts)."""
     counts = group.all_gather(np.array([model.num_parameters()], dtype=np.int64))
@@ -53,7 +61,9 @@ def startup_summary(args, model, group):
         f"task: {task}; {config.name} n_layer={config.n_layer} n_head={config.n_head} d_model={config.d_model} "
         f"block_size={config.block_size} vocab={config.vocab_size}, {args.dtype}"
         + (f", precision {args.precision}: compute {model.amp.policy.compute_dtype}, float32 masters"
-           + (", loss scaling" if model.amp.scaler.enabled else "") if model.amp.mixed else ""),
+           + (", loss scaling" if model.amp.scaler.enabled else "") if model.amp.mixed else "")
+        + (f", precision {args.precision}: the blocks' linears on FP8 operands ({fp8_recipe_text(model.amp.policy.fp8)}),"
+           f" the rest {args.dtype}" if model.amp.fp8 is not None else ""),
         f"layout: dp={mesh.dp} tp={mesh.tp} pp={mesh.pp}"
         + context_parallel_text(args, mesh) + f", schedule {args.schedule} with "
         f"{args.microbatches} micro-batch(es)" + (f" and {args.chunks} chunks per rank" if args.chunks > 1 else "")

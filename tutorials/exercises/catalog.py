@@ -145,3 +145,12 @@ TESTS.update({
     "22.1": [f"{DUALPIPE}::test_dualpipev_order_for_4_ranks_and_10_micro_batches_equals_the_hand_derivation",
              f"{DUALPIPE}::test_dualpipev_is_deadlock_free_complete_and_holds_2p_plus_1_chunks"],
 })
+
+# --- chapter 23: FP8 training ---
+FP8 = "tests/minitensor/test_fp8.py"
+TESTS.update({
+    "23.1": [f"{FP8}::test_each_tile_takes_the_scale_of_its_own_amax",
+             f"{FP8}::test_the_fp8_linear_is_the_plain_linear_when_every_operand_is_exact_in_fp8"],
+    "23.2": [f"{FP8}::test_delayed_scaling_follows_the_amax_history",
+             f"{FP8}::test_a_large_amax_leaves_the_history_after_its_length"],
+})

@@ -4,11 +4,11 @@ import io
 import time
 from pathlib import Path
 
-from . import communication, experts, flash, foundations, layouts, pipelines, search, staleness
+from . import communication, experts, flash, foundations, fp8, layouts, pipelines, search, staleness
 from .draw import DPI, TUTORIALS
 
 PICTURES = [*foundations.PICTURES, *layouts.PICTURES, *pipelines.PICTURES, *communication.PICTURES,
-            *staleness.PICTURES, *search.PICTURES, *experts.PICTURES, *flash.PICTURES]
+            *staleness.PICTURES, *search.PICTURES, *experts.PICTURES, *flash.PICTURES, *fp8.PICTURES]
 PICTURES.sort(key=lambda p: p.chapter)  # stable: a chapter's pictures keep their order
 
 

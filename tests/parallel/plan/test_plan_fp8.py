@@ -1,0 +1,40 @@
+"""The planner under an FP8 recipe: the blocks' linear products at the H100's float8 peak
+(everything else at float32's), the memory of the float32 policy it keeps, and a device
+without FP8 refused."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minitensor.models.gpt import GPTConfig
+from parallel.plan import Layout, estimate, load_profile
+from parallel.plan.cost import stage_flops
+
+CONFIG = GPTConfig(vocab_size=512, block_size=256, n_layer=4, n_head=8, d_model=512)
+
+
+@settings(deadline=None, max_examples=10)
+@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), recompute=st.booleans(),
+       name=st.sampled_from(["fp8-delayed", "fp8-blockwise"]))
+def test_the_linears_run_at_the_float8_peak_and_the_rest_at_float32s(tp, pp, recompute, name):
+    h100 = load_profile("h100-80gb")
+    layout = Layout(tp=tp, pp=pp, micro_batches=2, recompute=recompute)
+    fp8, fp32 = (estimate(CONFIG, layout, 8, h100, dtype=d) for d in (name, "fp32"))
+    tokens, passes, layers = 4 * 256, 4 if recompute else 3, CONFIG.n_layer // pp
+    linears = passes * 24 * 512**2 * tokens / tp * layers  # q, k, v, proj and the MLP, forward and backward
+    rate = h100["efficiency"]
+    flops = stage_flops(CONFIG, layers, tokens, tp, recompute, last=True, first_block=CONFIG.n_layer - layers)
+    by_hand = (flops - linears) / (67e12 * rate) + linears / (1979e12 * rate)
+    assert fp8.time["compute"] == pytest.approx(2 * by_hand, rel=1e-12)  # m = 2 micro-batches, the last stage
+    assert fp8.time["compute"] < fp32.time["compute"] / 5
+    assert fp8.memory == fp32.memory  # float32 weights, gradients and moments; FP8 copies live per product
+
+
+def test_a_device_without_fp8_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"a100-80gb.*float8"):
+        estimate(CONFIG, Layout(), 8, load_profile("a100-80gb"), dtype="fp8-delayed")
+
+
+def test_the_h100_profile_names_a_source_for_every_peak():
+    h100 = load_profile("h100-80gb")
+    assert set(h100["peak_flops_sources"]) == set(h100["peak_flops"])
+    assert all(source.startswith("datasheet:") for source in h100["peak_flops_sources"].values())
