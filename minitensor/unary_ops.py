@@ -183,9 +183,9 @@ def relu(a):
     return Relu.apply(a)
 
 
-def gelu(x, approximate="tanh"):
-    """GELU: approximate='none' is the exact x·Φ(x), 'tanh' GPT-2's approximation (the
-    GPT's fused kernel, Gelu; the default here, where PyTorch's default is 'none')."""
+def gelu(x, approximate="none"):
+    """GELU: approximate='none' (the default, as PyTorch's) is the exact x·Φ(x), 'tanh' GPT-2's
+    approximation, the GPT's fused kernel (Gelu), which the models ask for by name."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return (Gelu if approximate == "tanh" else GeluErf).apply(as_floating(x))

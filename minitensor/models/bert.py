@@ -62,7 +62,7 @@ class MLMHead(nn.Module):
         self.bias = nn.Parameter(np.zeros(config.vocab_size, dtype=dtype))
 
     def transform(self, x):
-        return self.norm(F.gelu(self.dense(x)))
+        return self.norm(F.gelu(self.dense(x), approximate="tanh"))
 
     def forward(self, x, embedding_weight):
         return F.linear(self.transform(x), embedding_weight, self.bias)

@@ -164,7 +164,7 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+        return self.drop(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
 class Block(nn.Module):

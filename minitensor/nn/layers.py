@@ -76,7 +76,7 @@ class Dropout(Module):
 
 
 class GELU(Module):
-    def __init__(self, approximate="tanh"):
+    def __init__(self, approximate="none"):
         super().__init__()
         self.approximate = approximate
 

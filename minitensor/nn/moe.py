@@ -171,7 +171,7 @@ class Expert(Module):
         self.proj = Linear(d_ff, d_model, dtype=dtype)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
 class MoE(Module):

@@ -77,7 +77,7 @@ class ParallelMLP(TensorParallelModule):
         self.drop = dropout_like(dense.drop, rng, sharded=sequence_parallel)
 
     def forward(self, x):
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+        return self.drop(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
 class ParallelBlock(TensorParallelModule):

@@ -16,7 +16,7 @@ from minitensor.nn import functional as F
 STEPS = {
     "matmul": lambda h, w, x: h @ w,
     "linear": lambda h, w, x: F.linear(h, w),
-    "gelu": lambda h, w, x: F.gelu(h),
+    "gelu": lambda h, w, x: F.gelu(h, approximate="tanh"),
     "tanh": lambda h, w, x: h.tanh(),
     "softmax": lambda h, w, x: F.softmax(h * 0.5),
     "layer_norm": lambda h, w, x: F.layer_norm(h, w[0], w[1]),

@@ -77,11 +77,11 @@ def main():
 
     # The dense MLP on one device, and the same MLP split over the tp group.
     x_ref = mt.Tensor(x_data.copy(), requires_grad=True)
-    y_ref = dense_proj(F.gelu(dense_fc(x_ref)))
+    y_ref = dense_proj(F.gelu(dense_fc(x_ref), approximate="tanh"))
     (y_ref * y_ref).sum().backward()
 
     x = mt.Tensor(x_data.copy(), requires_grad=True)
-    gelu = F.gelu
+    gelu = lambda h: F.gelu(h, approximate="tanh")  # noqa: E731  (GPT-2's GELU, as the GPT's MLP)
     y, forward, backward = run_and_count([fc, gelu, proj], x, group)
     grads = {**{f"fc.{k}": v for k, v in full_grads(fc, group).items()},
              **{f"proj.{k}": v for k, v in full_grads(proj, group).items()}}
@@ -97,7 +97,7 @@ def main():
         w_parts = np.split(dense_fc.weight.data, group.size, axis=1)   # a row-parallel first layer
         x_parts = np.split(x_data, group.size, axis=-1)
         partial_sums = [xp @ wp.T for xp, wp in zip(x_parts, w_parts)]
-        gelu_np = lambda z: F.gelu(mt.Tensor(z)).data
+        gelu_np = lambda z: F.gelu(mt.Tensor(z), approximate="tanh").data
         gap = np.abs(gelu_np(sum(partial_sums)) - sum(gelu_np(z) for z in partial_sums)).max()
         say(f"\nwith the first layer split by columns instead, gelu(sum of partial sums) "
             f"differs from the sum of gelus by: {gap:.2f}")
