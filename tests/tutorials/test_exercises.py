@@ -6,6 +6,7 @@ that failed only because of another exercise's stub cannot hide a test that miss
 """
 import ast
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tutorials.exercises.catalog import TESTS
 from tutorials.exercises.markers import MarkerError, check_fences, exercises, find_fences, stub_text
 from tutorials.exercises.workspace import REPO, copy_checkout, failed_node_ids, run_tests
+from tutorials.exercises.wrong import load_wrong_answers, planted
 
 EXERCISES = exercises(REPO)  # also checks every fence of the library
 TEST_FILES_NEEDED = ("minitensor", "parallel", "tests", "setup.cfg")
@@ -49,6 +51,28 @@ SOURCE = '''def f(x):
     # end exercise
     return y
 '''
+
+
+WRONG = load_wrong_answers()
+
+
+def test_every_exercise_has_two_wrong_answers_or_more_and_each_names_an_exercise():
+    """The corpus is live: `python -m tutorials.exercises wrong` (CI) plants each and needs its tests to fail."""
+    counts = Counter(answer["exercise"] for answer in WRONG)
+    assert not set(counts) - set(EXERCISES), f"wrong answers for exercises that do not exist: {set(counts) - set(EXERCISES)}"
+    few = {id: counts[id] for id in EXERCISES if counts[id] < 2}
+    assert not few, f"exercises with fewer than two wrong answers (tutorials/exercises/wrong_answers/): {few}"
+    names = Counter((answer["exercise"], answer["name"]) for answer in WRONG)
+    assert max(names.values()) == 1 and all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) for _, n in names), names
+
+
+@pytest.mark.parametrize("answer", WRONG, ids=lambda a: f"{a['exercise']}-{a['name']}")
+def test_every_wrong_answer_is_valid_python_in_place_and_differs_from_the_library(answer):
+    path, original, wrong = planted(answer, REPO, EXERCISES)
+    text = (REPO / path).read_text()
+    assert text.count(original) == 1 and answer["why"].strip()
+    mistaken = ast.parse(text.replace(original, wrong), filename=path)  # a body indented unlike its fence fails here
+    assert ast.dump(mistaken) != ast.dump(ast.parse(text)), "the wrong answer is the library's code"
 
 
 def test_a_stub_raises_with_the_title_and_hint_at_the_fence():
