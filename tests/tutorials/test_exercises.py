@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tutorials.exercises.catalog import TESTS
-from tutorials.exercises.markers import MarkerError, check_fences, exercises, find_fences, stub_text
+from tutorials.exercises.markers import MarkerError, check_fences, exercises, find_fences, replace_body, stub_text
 from tutorials.exercises.workspace import REPO, copy_checkout, failed_node_ids, run_tests
 from tutorials.exercises.wrong import load_wrong_answers, planted
 
@@ -106,6 +106,11 @@ def test_every_exercise_has_two_wrong_answers_or_more_and_each_names_an_exercise
     assert max(names.values()) == 1 and all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) for _, n in names), names
 
 
+def test_the_course_readme_quotes_the_count_of_wrong_answers():
+    text = (REPO / "tutorials" / "README.md").read_text()
+    assert f"**{len(WRONG)} wrong answers** to the {len(EXERCISES)} exercises" in text
+
+
 @pytest.mark.parametrize("answer", WRONG, ids=lambda a: f"{a['exercise']}-{a['name']}")
 def test_every_wrong_answer_is_valid_python_in_place_and_differs_from_the_library(answer):
     path, original, wrong = planted(answer, REPO, EXERCISES)
@@ -190,3 +195,25 @@ def test_check_one_exercise_runs_only_its_tests(capsys):
     assert "1 of 1 exercise 05.2 pass" in out
     with pytest.raises(SystemExit, match="chapter 05 has no exercise 05.9; it has 05.1, 05.2, 05.3"):
         main(["check", "05.9", "--reference"])
+
+
+@pytest.mark.deep  # two copies of the checkout and two pytest runs: a minute on a loaded machine
+def test_check_judges_an_exercise_alone_whatever_the_others_hold(tmp_path, capsys):
+    """GPipe's test needs 07.1 and 07.2: with 07.2 still a stub, a right 07.1 passes and a wrong one fails."""
+    from tutorials.exercises.__main__ import main
+    from tutorials.exercises.workspace import write_stub
+    workspace, [fence] = tmp_path / "ws", EXERCISES["07.1"]
+    main(["start", "7", "--workspace", str(workspace)])
+    mine = workspace / fence.path
+    stubbed = mine.read_text()
+    mine.write_text(replace_body(stubbed, find_fences(stubbed, fence.path)[0], fence.body(
+        (REPO / fence.path).read_text().split("\n"))))  # the library's 07.1, beside 07.2's stub
+    assert "raise NotImplementedError(\"exercise 07.2: what a compute waits for" in mine.read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", "7.1", "--workspace", str(workspace)])
+    assert exit_info.value.code == 0 and "07.1  the GPipe compute order" in capsys.readouterr().out
+    mine.write_text(mine.read_text().replace("warmup=m)", "warmup=0)"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", "7.1", "--workspace", str(workspace)])
+    assert exit_info.value.code == 1 and "FAIL" in capsys.readouterr().out
+    write_stub(fence, workspace)

@@ -16,6 +16,7 @@ PLAN = "tests/parallel/plan"
 FULLY_SHARDED = "tests/parallel/data_parallel/test_fully_sharded.py"
 
 _TP_PAIR = f"{TP_LAYERS}::test_column_then_row_with_gathered_output_and_scattered_input_equal_two_dense_linears"
+_TP_SPLIT = f"{TP_LAYERS}::test_column_then_row_keeping_the_split_between_them_equal_two_dense_linears"
 _VOCAB = f"{TP_LAYERS}::test_vocab_parallel_embedding_and_cross_entropy_equal_dense_with_padding_and_ignore_index"
 _DP = f"{DATA_PARALLEL}::test_equals_one_device_on_the_global_batch"
 _REDUCER = f"{REDUCER}::test_reducer_sums_or_averages_every_gradient_over_the_group"
@@ -41,8 +42,8 @@ TESTS = {
              f"{DATA_PARALLEL}::test_gpt_equals_one_device[2-2-0.002-True]"],
     "04.4": [f"{ZERO}::test_equals_adamw_on_one_device"],
     "05.1": [_TP_PAIR],
-    "05.2": [_TP_PAIR],
-    "05.3": [_TP_PAIR],
+    "05.2": [_TP_PAIR, _TP_SPLIT],
+    "05.3": [_TP_PAIR, _TP_SPLIT],
     "06.1": [_VOCAB],
     "06.2": [_VOCAB, f"{TP_LAYERS}::test_padding_columns_never_win_the_softmax"],
     "07.1": [_GPIPE],
