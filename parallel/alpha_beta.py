@@ -17,7 +17,8 @@ bytes cannot disagree. This module imports nothing.
 
 def ring_all_reduce(n, nbytes, alpha, beta):
     # exercise 10.1: the α–β cost of a ring
-    # hint: 2(n − 1) steps, each one message (α) of nbytes/n bytes (β per byte): reduce-scatter, then all-gather.
+    # hint: count the ring's steps (chapter 3: a reduce-scatter, then an all-gather) and what one step costs:
+    # hint: one message (α) of how many bytes (β each)?
     return 2 * (n - 1) * (alpha + nbytes / n * beta)
     # end exercise
 

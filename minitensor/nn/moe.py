@@ -68,7 +68,8 @@ def top_k(probs, k):
     """(N, k) experts of the k largest probabilities of each row of `probs` (numpy, (N, E)),
     largest first; of equal ones the lower index."""
     # exercise 20.1: the router's top-k and balancing loss
-    # hint: np.argsort of -probs along the last axis, stable, then the first k columns.
+    # hint: order each row's experts by falling probability, so that equal ones keep their index order
+    # hint: (which of numpy's sorts promises that?), and keep the first k.
     return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
     # end exercise
 
@@ -124,8 +125,8 @@ def dispatch_order(expert, kept, n_experts):
     """(order, counts): the kept assignments sorted by expert (in token order within one),
     and how many each expert gets. x[token[order]] puts each expert's tokens side by side."""
     # exercise 20.2: the dispatch permutation and its inverse
-    # hint: the indices of the kept assignments (np.flatnonzero), stably sorted by their expert;
-    # hint: counts: np.bincount of their experts with minlength=n_experts.
+    # hint: only the kept assignments, ordered by their expert, an expert's own in token order (the sort
+    # hint: must not reorder ties); counts: how many each expert gets, every expert, even one with none.
     chosen = np.flatnonzero(kept)
     order = chosen[np.argsort(expert[chosen], kind="stable")]
     return order, np.bincount(expert[order], minlength=n_experts)

@@ -21,9 +21,15 @@ def moe(renormalize=True, capacity_factor=None, top=2, experts=4, dispatcher=Non
     return layer
 
 
-def test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties():
-    probs = np.array([[0.1, 0.5, 0.4, 0.0], [0.25, 0.25, 0.25, 0.25]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])  # chapter 20's router runs in both
+def test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties(dtype):
+    probs = np.array([[0.1, 0.5, 0.4, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype)
     assert top_k(probs, 2).tolist() == [[1, 2], [0, 1]]
+    # 40 experts and three distinct values: many ties, more than an insertion sort's few elements
+    counts = np.random.default_rng(0).integers(1, 4, (16, 40)).astype(dtype)
+    probs = counts / counts.sum(axis=-1, keepdims=True)
+    want = [sorted(range(40), key=lambda e: (-probs[row, e], e))[:2] for row in range(16)]
+    assert top_k(probs, 2).tolist() == want
 
 
 def test_capacity_keeps_first_choices_then_earlier_tokens_per_sequence():
@@ -44,14 +50,25 @@ def test_a_capacity_of_every_token_drops_none_and_a_huge_factor_does_not_overflo
 def test_the_dispatch_order_sorts_kept_assignments_by_expert_in_token_order():
     order, counts = dispatch_order(np.array([2, 0, 2, 1, 0]), np.array([True, True, True, True, False]), 3)
     assert order.tolist() == [1, 3, 0, 2] and counts.tolist() == [1, 1, 2]
+    # 200 assignments over 3 experts: each expert's long run of ties must keep the token order
+    rng = np.random.default_rng(0)
+    expert, kept = rng.integers(0, 3, 200), rng.random(200) < 0.8
+    order, counts = dispatch_order(expert, kept, 4)
+    assert order.tolist() == sorted(np.flatnonzero(kept), key=lambda i: (expert[i], i))
+    assert counts.tolist() == [int(np.sum(kept & (expert == e))) for e in range(4)]
 
 
-def test_the_balancing_loss_is_alpha_for_a_uniform_router_and_grows_with_imbalance():
-    uniform = mt.tensor(np.full((4, 4), 0.25))
-    assert math.isclose(balancing_loss(uniform, np.array([[0], [1], [2], [3]]), 1, 0.1).item(), 0.1)
-    assert math.isclose(balancing_loss(uniform, np.array([[0, 1], [2, 3], [1, 0], [3, 2]]), 2, 0.1).item(), 0.1)
-    skewed = mt.tensor(np.tile([0.7, 0.1, 0.1, 0.1], (4, 1)))
-    assert math.isclose(balancing_loss(skewed, np.zeros((4, 1), int), 2, 0.1).item(), 0.1 * 4 * 0.7)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])  # chapter 20's router runs in both
+def test_the_balancing_loss_is_alpha_for_a_uniform_router_and_grows_with_imbalance(dtype):
+    close = dict(rel_tol=1e-6 if dtype == np.float32 else 1e-12)
+    uniform = mt.tensor(np.full((4, 4), 0.25, dtype))
+    loss = balancing_loss(uniform, np.array([[0], [1], [2], [3]]), 1, 0.1)
+    assert loss.dtype == dtype and math.isclose(loss.item(), 0.1, **close)  # the router's dtype, never wider
+    assert math.isclose(balancing_loss(uniform, np.array([[0, 1], [2, 3], [1, 0], [3, 2]]), 2, 0.1).item(), 0.1,
+                        **close)
+    skewed = mt.tensor(np.tile(np.array([0.7, 0.1, 0.1, 0.1], dtype), (4, 1)))
+    loss = balancing_loss(skewed, np.zeros((4, 1), int), 2, 0.1)
+    assert loss.dtype == dtype and math.isclose(loss.item(), 0.1 * 4 * 0.7, **close)
 
 
 @pytest.mark.parametrize("renormalize", [True, False])

@@ -113,17 +113,23 @@ def main(argv=None):
         for m in mutants:
             print(f"{m['name']:40s} {m['file']}")
         return 0
-    files = checkout_files(REPO)
+    return run_all(mutants, args.jobs, args.timeout)
+
+
+def run_all(mutants, jobs=2, timeout=300, repo=REPO):
+    """Plant each mutant in its own copy of `repo`, `jobs` at a time, printing one line per
+    mutant and a summary; 1 if any was not caught, else 0. The learner track's wrong answers
+    (python -m tutorials.exercises wrong) run through here too, as mutants of their fences."""
+    files = checkout_files(repo)
     width = max(len(m["name"]) for m in mutants)
     start = time.perf_counter()
-    failed = 0
 
     def report(mutant):
-        verdict, seconds, detail = run_one(mutant, REPO, files, args.timeout)
+        verdict, seconds, detail = run_one(mutant, repo, files, timeout)
         print(f"{mutant['name']:{width}s}  {verdict:8s} {seconds:6.1f} s  {detail}".rstrip(), flush=True)
         return verdict == "caught"
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         failed = sum(not caught for caught in pool.map(report, mutants))
     print(f"{len(mutants) - failed} of {len(mutants)} mutants caught, {failed} not, "
           f"in {time.perf_counter() - start:.0f} s")

@@ -73,6 +73,22 @@ def test_ring_all_reduce_equals_builtin_on_random_floats(size, n, seed):
         np.testing.assert_allclose(ring, builtin, rtol=1e-9, atol=1e-15 * scale.max(initial=1.0))
 
 
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_the_ring_takes_2_n_minus_1_steps_on_every_rank(size, monkeypatch):
+    """The ring's cost (chapter 10's 2(n − 1) messages per rank): one step more, say a reduce-scatter of n
+    steps whose extra sum the all-gather overwrites, gives the right values and costs a message more."""
+    from parallel.comm import ring
+    steps, exchange = [0] * size, ring.exchange
+
+    def counted(group, *args):
+        steps[group.rank] += 1  # each thread writes only its own rank's entry
+        return exchange(group, *args)
+
+    monkeypatch.setattr(ring, "exchange", counted)
+    run(size, lambda: parallel.world().all_reduce(np.arange(10.0), algorithm="ring"))
+    assert steps == [2 * (size - 1)] * size
+
+
 @given(size=group_sizes, shape=comm_shapes(), dtype=comm_dtypes, layout=array_layouts, seed=seeds, data=st.data())
 def test_all_gather_concatenates_in_rank_order(size, shape, dtype, layout, seed, data):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1), label="axis")

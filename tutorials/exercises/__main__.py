@@ -6,6 +6,10 @@
     python -m tutorials.exercises check NN.k    only exercise NN.k's (seconds)
     python -m tutorials.exercises diff NN       your code next to the reference (the library itself)
     python -m tutorials.exercises reset NN      put chapter NN's stubs back (your code: copied to .exercises-backups/)
+    python -m tutorials.exercises wrong [NN.k]  plant each plausible wrong answer (wrong_answers/): its tests must fail
+
+`check` judges each exercise alone: its tests run in a throwaway copy of the workspace where
+every OTHER exercise holds the library's answer, so a stub (or a slip) elsewhere cannot decide it.
 
 Run from the checkout root; `--workspace DIR` picks another directory: a new or empty one, or
 one `start` made (never the checkout). See tutorials/README.md.
@@ -13,12 +17,14 @@ one `start` made (never the checkout). See tutorials/README.md.
 import argparse
 import difflib
 import sys
+import tempfile
 from pathlib import Path
 
 from .catalog import TESTS
 from .markers import exercises
-from .workspace import (MARKER, REPO, back_up, copy_checkout, failed_node_ids, reference_region, region, run_tests,
-                        workspace_problem, write_stub)
+from .workspace import (MARKER, REPO, alone, back_up, copy_checkout, failed_node_ids, reference_region, region,
+                        run_tests, workspace_problem, write_stub)
+from .wrong import run_wrong_answers
 
 
 def chapter_number(text):
@@ -102,18 +108,16 @@ def check(args):
     if not args.reference and chapter not in started_chapters(root):
         print(f"(chapter {chapter} is not started in {root}: its code is still the library's)")
     for id, fences in found.items():
-        result = run_tests(root, TESTS[id])
         stubbed = not args.reference and any(is_stub(f, root) for f in fences)
-        judged = result.returncode == 0 or stubbed or args.reference
-        blockers = [] if judged else blocking_stubs(result.stdout, root, id)
-        verdict = ("pass" if result.returncode == 0 else "still a stub" if stubbed else
-                   "blocked by " + ", ".join(f"exercise {b}'s stub" for b in blockers) if blockers else "FAIL")
+        if args.reference:
+            result = run_tests(root, TESTS[id])
+        else:  # judged alone: every other exercise holds the library's answer in a throwaway copy
+            with tempfile.TemporaryDirectory(prefix=f"exercise-{id}-") as copy:
+                result = run_tests(alone(id, root, Path(copy)), TESTS[id])
+        verdict = "pass" if result.returncode == 0 else "still a stub" if stubbed else "FAIL"
         failed += result.returncode != 0
         print(f"{id}  {fences[0].title:48s} {verdict}")
-        if blockers:
-            print(f"      its tests ran into the stub of {', '.join(blockers)} (NotImplementedError), so your {id} "
-                  f"is not judged yet: write {'that' if len(blockers) == 1 else 'those'} first, then check again")
-        elif result.returncode != 0 and not stubbed:
+        if result.returncode != 0 and not stubbed:
             print("\n".join("      " + line for line in result.stdout.splitlines()[-12:]))
             print(f"      failing: {' '.join(failed_node_ids(result.stdout)) or 'see above'}")
     what = f"exercise {args.chapter}" if number else f"exercises of chapter {chapter}"
@@ -121,17 +125,8 @@ def check(args):
     sys.exit(1 if failed else 0)
 
 
-def blocking_stubs(output, workspace, own):
-    """The other exercises whose stubs are still in `workspace` and whose NotImplementedError
-    ("exercise NN.k: title") the test `output` shows: those tests never reached `own`'s code's verdict."""
-    def still_a_stub(fences):
-        try:
-            return any(is_stub(f, workspace) for f in fences)
-        except (FileNotFoundError, ValueError):  # markers the learner removed: `start`/`reset` name them
-            return False
-
-    return [id for id, fences in exercises(REPO).items()
-            if id != own and f"exercise {id}: {fences[0].title}" in output and still_a_stub(fences)]
+def wrong(args):
+    sys.exit(run_wrong_answers(args.ids, args.jobs))
 
 
 def diff(args):
@@ -159,6 +154,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tutorials.exercises", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    wrongs = commands.add_parser("wrong", help="plant every wrong answer of wrong_answers/; each must fail its tests")
+    wrongs.add_argument("ids", nargs="*", type=chapter_or_exercise, metavar="NN[.k]", help="only these (default: all)")
+    wrongs.add_argument("--jobs", type=int, default=2, help="wrong answers run at the same time (default 2)")
+    wrongs.set_defaults(run=wrong)
     for name, action, chapter in (("list", list_exercises, "?"), ("start", start, None), ("check", check, None),
                                   ("diff", diff, None), ("reset", reset, None)):
         command = commands.add_parser(name)

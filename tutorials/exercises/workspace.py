@@ -18,7 +18,7 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
-from .markers import find_fences, replace_body
+from .markers import exercises, find_fences, replace_body
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("minitensor", "parallel", "tests", "tutorials", "setup.cfg", "pyproject.toml")
@@ -116,6 +116,18 @@ def write_stub(fence, workspace):
     """Put `fence`'s stub into the workspace (whatever the region held)."""
     text, theirs = matching_fence(fence, workspace)
     (Path(workspace) / fence.path).write_text(replace_body(text, theirs, fence.stub_lines()))
+
+
+def alone(id, workspace, destination):
+    """A copy of `workspace` at `destination` where every exercise but `id` holds the library's
+    answer (its reference region), so that `id`'s tests judge the learner's `id` and nothing else;
+    `destination`."""
+    copy_checkout(destination, source=Path(workspace))
+    for other, fences in exercises(REPO).items():
+        for fence in fences if other != id else ():
+            text, theirs = matching_fence(fence, destination)
+            (Path(destination) / fence.path).write_text(replace_body(text, theirs, reference_region(fence)))
+    return Path(destination)
 
 
 def run_tests(root, node_ids, timeout=300):

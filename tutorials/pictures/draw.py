@@ -88,11 +88,12 @@ def draw_timelines(plt, timelines, same_scale=True, extra_rows=0):
     return fig, axes[len(timelines):, 0]
 
 
-def draw_graph(ax, graph, colour=None, label=None, params=None, spacing=2.8):
+def draw_graph(ax, graph, colour=None, label=None, params=None, spacing=2.8, fontsize=6):
     """A traced graph, top to bottom: an op is a box one row below the deepest value it reads,
     side by side within a row; each op's parameters one ellipse to its right; inputs on row 0.
     `colour(node)`, `label(node)` choose an op's fill and text, `params(node, names)` -> (text,
-    fill) its parameters'. Returns {name: (x, y)} of the ops and inputs."""
+    fill) its parameters'; `fontsize` the ops' text (parameters: half a point less).
+    Returns {name: (x, y)} of the ops and inputs."""
     by_name = {n.name: n for n in graph.nodes}
     depth, rows, where = {}, {}, {}
     for n in graph.nodes:
@@ -114,13 +115,14 @@ def draw_graph(ax, graph, colour=None, label=None, params=None, spacing=2.8):
                     arrowstyle="-|>", color="#777777", lw=0.6, shrinkA=0, shrinkB=0,
                     connectionstyle="arc3,rad=0.25" if long else "arc3"))
         leaf = n.op in ("input", "constant")
-        ax.text(x, y, label(n) if label else (n.name if leaf else n.op), ha="center", va="center", fontsize=6,
+        ax.text(x, y, label(n) if label else (n.name if leaf else n.op), ha="center", va="center", fontsize=fontsize,
                 bbox=dict(boxstyle="round,pad=0.3" if leaf else "square,pad=0.3",
                           fc=colour(n) if colour else ("#eeeeee" if leaf else "#c6d4e8"), ec="#333333", lw=0.6))
         mine = [i for i in n.inputs if by_name[i].op == "param"]
         if mine:
             text, fill = params(n, mine) if params else (mine[0].rsplit(".", 1)[0] + " (W, b)", "#f3d9c4")
-            ax.annotate(text, (x + 0.35 * spacing, y), (x + 0.52 * spacing, y - 0.45), fontsize=5.5, ha="center",
+            ax.annotate(text, (x + 0.35 * spacing, y), (x + 0.52 * spacing, y - 0.45), fontsize=fontsize - 0.5,
+                        ha="center",
                         va="center", bbox=dict(boxstyle="round,pad=0.25", fc=fill, ec="#999999", lw=0.5),
                         arrowprops=dict(arrowstyle="-|>", color="#999999", lw=0.5))
     xs, ys = zip(*where.values())

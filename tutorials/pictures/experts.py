@@ -18,12 +18,14 @@ def loads(quick):
 
 
 def draw_loads(plt, data):
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig, ax = plt.subplots(figsize=(5, 3.4))
     for shift, (aux, load) in zip((-0.2, 0.2), data.items()):
         ax.bar(np.arange(len(load)) + shift, load, width=0.4,
                label=f"α = {aux} (max/mean {load.max() / load.mean():.2f})")
-    ax.set(xlabel="expert", ylabel="tokens (last 10 steps)", title="tokens per expert, with and without balancing")
-    ax.legend()
+    experts = len(next(iter(data.values())))
+    ax.set(xlabel="expert", ylabel="tokens (last 10 steps)", title="tokens per expert, with and without balancing",
+           xticks=range(experts))  # whole experts only
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)  # below the bars
     fig.tight_layout()
     return fig
 
@@ -37,13 +39,18 @@ def dispatch(quick):
 
 
 def draw_dispatch(plt, grid):
-    fig, ax = plt.subplots(figsize=(4, 3.5))
+    fig, ax = plt.subplots(figsize=(4.2, 4))
     ax.imshow(grid, cmap="Blues")
     for (r, s), n in np.ndenumerate(grid):
-        ax.text(s, r, str(n), ha="center", va="center")
+        ax.text(s, r, str(n), ha="center", va="center", color="white" if n > 0.6 * grid.max() else "black",
+                fontweight="bold" if r == s else "normal")
+        if r == s:  # the diagonal: rows that stay on their rank, never sent
+            ax.add_patch(plt.Rectangle((s - 0.5, r - 0.5), 1, 1, fill=False, ec="#d62728", lw=2))
     ax.set(xlabel="to rank", ylabel="from rank", title="dispatch all-to-all: rows sent",
            xticks=range(len(grid)), yticks=range(len(grid)))
-    fig.tight_layout()
+    fig.text(0.5, 0.02, "red squares: rows that stay on their own rank (not sent)", ha="center", fontsize=8,
+             color="#d62728")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

@@ -180,21 +180,23 @@ def sharded_block(quick):
 
 def draw_sharded_block(plt, data):
     g, layouts, collectives = data
-    fig, ax = plt.subplots(figsize=(6.5, 7.5))
+    fig, ax = plt.subplots(figsize=(8, 10))
     where = draw_graph(ax, g, colour=lambda n: LAYOUT_COLOURS.get(layouts[n.name], "white"),
                        label=lambda n: f"{n.op if n.op != 'input' else 'x'} {layouts[n.name]}",
                        params=lambda n, names: (names[0].rsplit(".", 1)[0] + " W " + layouts[names[0]],
-                                                LAYOUT_COLOURS.get(layouts[names[0]], "white")))
-    for value, direction, source, target in collectives:
-        x, y = where[value]
-        ax.text(x - 1.0, y + (0.3 if direction == "backward" else -0.3), f"{direction}: {source}→{target}",
-                fontsize=5.5, color="red", ha="right", va="center")
+                                                LAYOUT_COLOURS.get(layouts[names[0]], "white")),
+                       spacing=4.2, fontsize=8)
+    left = min(x for x, _ in where.values())
+    for value, direction, source, target in collectives:  # in a margin left of the graph, at the value's row
+        _, y = where[value]
+        ax.text(left - 1.2, y, f"{direction}: {source} → {target}", fontsize=8, color="red", ha="right", va="center")
+    ax.set_xlim(left - 4.6, ax.get_xlim()[1])
     handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="#999999") for c in LAYOUT_COLOURS.values()]
     ax.legend(handles, ["R replicated", "S(0) split on dim 0", "S(1) split on dim 1", "S(2) split on dim 2",
-                        "P partial sums"], fontsize=6, loc="lower left")
-    ax.set_title("the search's layout of one block over tp = 2: q, k, v, fc split by rows S(0), proj by columns S(1)\n"
-                 "— Megatron's column → row split; red: where a collective turns partial sums (P) into whole (R)",
-                 fontsize=7)
+                        "P partial sums"], fontsize=8, loc="lower right")
+    ax.set_title("the search's layout of one block over tp = 2: q, k, v and fc column-parallel (weight S(0)),\n"
+                 "both projections row-parallel (weight S(1)): Megatron's split; red: where a collective\n"
+                 "turns partial sums (P) into whole ones (R)", fontsize=9)
     fig.tight_layout()
     return fig
 

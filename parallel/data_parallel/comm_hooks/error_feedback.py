@@ -1,8 +1,8 @@
 """Error feedback: what a compressor could not send this step is added to the next step's gradient.
 
-    corrected = gradient + error           (this rank's, per bucket)
+    corrected = gradient + old error       (this rank's, per bucket)
     sent      = decompress(compress(corrected))
-    error     = corrected − sent           so  gradient + old error == sent + new error
+    nothing is lost:  gradient + old error == sent + new error   (the new error follows)
 
 Without it a biased compressor (top-k drops the small entries, sign keeps one magnitude)
 loses the same information every step, and training stalls or drifts; with it every
@@ -28,7 +28,7 @@ class ErrorFeedback:
     def remember(self, index, corrected, sent):
         """Keep what `sent` (this rank's share, as the receivers decode it) left out of `corrected`."""
         # exercise 12.1: error feedback
-        # hint: the new error is what the compressor left out: corrected minus sent (a new array).
+        # hint: choose the new error so that nothing is lost: the module docstring's invariant, solved for it.
         self.errors[index] = corrected - sent
         # end exercise
 

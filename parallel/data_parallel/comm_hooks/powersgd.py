@@ -52,17 +52,16 @@ def full_rank_query(q, rng):
     Q = Mᵀ·P̂ has at most the rank of last round's M; with fewer independent columns than
     this round's M has rank, span(P) misses part of M and even full-rank PowerSGD stops being
     exact. Orthonormalising within span(Q) leaves span(M·Q), hence P̂·P̂ᵀ·M, unchanged; a
-    column dependent on those before it is replaced by a random one (`rng`: alike on every rank)."""
+    column dependent on those before it is replaced by a random one (`rng`: alike on every rank).
+    The columns B before column c are orthonormal by then, so c's part outside their span has the
+    squared norm ‖c‖² − ‖Bᵀc‖² (Pythagoras); at the round-off of that difference, c counts as dependent."""
+    tiny = 100 * np.finfo(q.dtype).eps
     for i in range(q.shape[1]):
         column, before = q[:, i], q[:, :i]
-        for _ in range(2):  # a dependent column leaves only round-off: replace it and try again
-            size = np.linalg.norm(column)
-            for _ in range(2):
-                column -= before @ (before.T @ column)
-            if np.linalg.norm(column) > 1e-8 * size:
-                break
+        size = column @ column
+        if size - np.sum((before.T @ column) ** 2) <= tiny * size:  # dependent on the columns before (or zero)
             column[...] = rng.standard_normal(len(column))
-        column /= np.linalg.norm(column)
+        orthogonalize(q[:, :i + 1])  # those before stay as they are (to round-off); column i joins them
     return q
 
 

@@ -162,6 +162,10 @@ def test_orthogonalize_gives_orthonormal_columns_spanning_the_same_space():
     q = orthogonalize(p.copy())
     np.testing.assert_allclose(q.T @ q, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(q @ (q.T @ p), p, atol=1e-12)
+    p[:, 1] = 0  # a zero column stays zero (the docstring's promise), and the others stay orthonormal
+    q = orthogonalize(p.copy())
+    assert np.all(q[:, 1] == 0) and np.isfinite(q).all()
+    np.testing.assert_allclose(q.T @ q, np.diag([1.0, 0.0, 1.0]), atol=1e-12)
 
 
 @settings(max_examples=20, deadline=None)

@@ -57,6 +57,9 @@ def test_the_schedule_keeps_the_bound_and_zero_staleness_is_synchronous():
         if s == 0:
             assert tau == [list(range(10))] * 3
     assert any(v < t for row in staleness_schedule(delays, 2) for t, v in enumerate(row))  # the slow worker lags
+    # no straggler: every version is ready when a worker starts, so none computes on a stale one
+    for s in range(4):
+        assert staleness_schedule(np.ones((3, 10)), s) == [list(range(10))] * 3
 
 
 @settings(max_examples=4, deadline=None)

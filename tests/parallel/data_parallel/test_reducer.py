@@ -32,6 +32,9 @@ def test_bucket_packs_end_to_end_with_zero_padding_and_unpacks_in_place():
     assert a.grad is grad_before  # written in place
     np.testing.assert_array_equal(a.grad, np.arange(6.0).reshape(2, 3))
     np.testing.assert_array_equal(b.grad, [6.0])
+    b.grad = None  # packed into a buffer that holds something else (ZeRO-1 packs the values in between): zeros
+    bucket.buffer[:7] = 7.0
+    np.testing.assert_array_equal(bucket.pack()[:7], [0, 1, 2, 3, 4, 5, 0])
 
 
 def test_bucket_values_round_trip():

@@ -4,6 +4,7 @@ from hypothesis import given
 from strategies import pipeline_shapes
 
 from parallel.pipeline import Action, get_schedule, gpipe, interleaved, one_f_one_b
+from parallel.pipeline.schedules import prerequisites
 
 
 def F(mb, c=0):
@@ -41,6 +42,26 @@ def test_gpipe_two_ranks_two_microbatches():
         [recv_fwd(0, 0), F(0), recv_fwd(1, 0), F(1),
          B(0), send_bwd(0, 0), B(1), send_bwd(1, 0)],
     ]
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 5), (4, 2)])
+def test_gpipe_runs_every_forward_before_any_backward(p, m):
+    """More micro-batches than ranks too: there a warm-up of p − 1 (1F1B's) would differ."""
+    for actions in gpipe(p, m):
+        assert [(a.kind, a.microbatch) for a in actions if a.kind in ("forward", "backward")] == \
+            [("forward", mb) for mb in range(m)] + [("backward", mb) for mb in range(m)]
+
+
+def test_a_compute_waits_for_exactly_the_work_it_reads():
+    """A forward reads the stage before's activation; a backward (or B) its own forward and, but on
+    the last stage, the stage after's input gradient; a W its own B."""
+    last = 2
+    assert prerequisites("forward", 1, 0, last) == []
+    assert prerequisites("forward", 1, 2, last) == [("forward", 1, 1)]
+    for kind in ("backward", "backward_input"):
+        assert sorted(prerequisites(kind, 1, 2, last)) == [("forward", 1, 2)]
+        assert sorted(prerequisites(kind, 1, 1, last)) == [("backward_input", 1, 2), ("forward", 1, 1)]
+    assert prerequisites("backward_weight", 0, 1, last) == [("backward_input", 0, 1)]
 
 
 def test_1f1b_two_ranks_three_microbatches():

@@ -33,6 +33,17 @@ def on_threads(tp, fn):
 @given(tp=tp_sizes, width=st.integers(1, 3), d_in=st.integers(1, 5), bias=st.booleans(), seed=seeds)
 def test_column_then_row_with_gathered_output_and_scattered_input_equal_two_dense_linears(tp, width, d_in, bias, seed):
     """Column (gather_output=True) then Row (input_is_parallel=False): the gather and split ops."""
+    column_then_row_equal_two_dense_linears(tp, width, d_in, bias, seed, gathered=True)
+
+
+@given(tp=tp_sizes, width=st.integers(1, 3), d_in=st.integers(1, 5), bias=st.booleans(), seed=seeds)
+def test_column_then_row_keeping_the_split_between_them_equal_two_dense_linears(tp, width, d_in, bias, seed):
+    """Megatron's pairing: Column (gather_output=False) hands its split output straight to Row
+    (input_is_parallel=True); nothing is gathered in between."""
+    column_then_row_equal_two_dense_linears(tp, width, d_in, bias, seed, gathered=False)
+
+
+def column_then_row_equal_two_dense_linears(tp, width, d_in, bias, seed, gathered):
     hidden, rng = tp * width, np.random.default_rng(seed)
     mt.manual_seed(seed)
     first, second = nn.Linear(d_in, hidden, bias).double(), nn.Linear(hidden, 3, bias).double()
@@ -48,8 +59,8 @@ def test_column_then_row_with_gathered_output_and_scattered_input_equal_two_dens
     ref_y, ref_dx = grads_of(lambda inp: second(first(inp)))
 
     def rank(group):
-        column = ColumnParallelLinear(first, group, gather_output=True)
-        row = RowParallelLinear(second, group, input_is_parallel=False)
+        column = ColumnParallelLinear(first, group, gather_output=gathered)
+        row = RowParallelLinear(second, group, input_is_parallel=not gathered)
         y, dx = grads_of(lambda inp: row(column(inp)))
         return y, dx, full_grads(column, group), full_grads(row, group), full_state_dict(column, group)
 
