@@ -69,9 +69,7 @@ def test_answered_above_finds_a_number_printed_before_its_question():
 CHAPTERS = sorted(path.parent.name for path in REPO.glob("tutorials/[0-9][0-9]_*/README.md"))
 
 
-@pytest.mark.parametrize("chapter", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=True, reason="chapter 20 prints 186 of 256 above its question; its README is being rewritten elsewhere"))
-    if name.startswith("20_") else name for name in CHAPTERS])
+@pytest.mark.parametrize("chapter", CHAPTERS)
 def test_no_predict_question_is_answered_above_it(chapter):
     """Predict, then run: the chapter must not have printed the answer's numbers before the question."""
     assert answered_above((REPO / "tutorials" / chapter / "README.md").read_text()) == []
