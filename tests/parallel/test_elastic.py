@@ -3,6 +3,7 @@ and, on real MPI ranks, a job that loses a rank (kill -9, or SIGSTOP past --time
 fewer ranks and ends with the very weights of a run resumed by hand at that layout."""
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,9 +124,15 @@ def test_a_job_that_loses_a_rank_goes_on_with_the_others_bit_for_bit(fault, tmp_
         pytest.fail(f"rank 3 (pid {pid}) outlived its job")
     kept = save / "elastic" / "attempt_1" / "resumed_from"
     [resumed] = [path.name for path in kept.iterdir()]
-    lost = "[3]" if fault == signal.SIGSTOP else "['?']"  # a killed rank ends the job with no rank's line
-    assert f"restart 1: rank(s) {lost} lost; dp 4 x 1 -> dp 2 x 2 micro-batches (3 ranks left), global batch 8 kept; " \
-           f"resuming from {resumed}" in out, out
+    # A killed rank ends the job with no rank's line ('?'). A stopped one is named by the others' timeouts,
+    # but a rank that had not written its line yet when the first one's abort ended the job counts as lost
+    # too (the agent cannot tell a slow reporter from a dead one): on a loaded machine [2, 3] is seen, and
+    # the restart then runs on 2 ranks, the same dp 2 as on 3.
+    restart = re.search(r"restart 1: rank\(s\) \[(.*?)\] lost; dp 4 x 1 -> dp 2 x 2 micro-batches \((\d) ranks left\), "
+                        r"global batch 8 kept; resuming from (\S+)", out)
+    assert restart and restart.group(3) == resumed, out
+    lost = restart.group(1).split(", ")
+    assert (lost == ["'?'"] if fault == signal.SIGKILL else "3" in lost) and int(restart.group(2)) == 4 - len(lost), out
     run_resumed_by_hand(kept / resumed, tmp_path / "by_hand", [*TINY])
     by_agent, by_hand = weights(save / "step_000010"), weights(tmp_path / "by_hand" / "step_000010")
     assert by_agent and by_agent.keys() == by_hand.keys() and all(np.array_equal(by_agent[k], by_hand[k]) for k in by_agent)
