@@ -130,6 +130,19 @@ class Trace:
         self.path.write_text(json.dumps({"traceEvents": self.events}))
 
 
+def rank_after_step(agent, save, step, rank, timeout=240):
+    """The pid of MPI rank `rank` of `agent`'s running job once checkpoint `step` is in `save`, or None
+    if the job ended first: how a test or a demonstration picks its moment to stop a rank (the step
+    the job has reached by then depends on the machine's load: later checkpoints may exist)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and agent.poll() is None:
+        pid = rank_pid(agent.pid, rank) if (Path(save) / f"step_{step:06d}").is_dir() else None
+        if pid is not None:
+            return pid
+        time.sleep(0.1)
+    return None
+
+
 def rank_pid(root, rank):
     """The pid of MPI rank `rank` of parallel.train among process `root`'s descendants (its
     PMI_RANK), or None: how a test or a demonstration finds the rank to kill."""

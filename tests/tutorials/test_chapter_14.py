@@ -41,13 +41,18 @@ def test_prefetch_issues_every_forward_gather_ahead_and_holds_two_units():
 
 
 @pytest.mark.deep
-def test_lost_rank_restarts_the_zero_job_on_two_ranks_and_shows_the_timeline():
+def test_lost_rank_restarts_the_zero_job_on_the_ranks_left_and_shows_the_timeline():
     from mpi_launch import MPIEXEC
     if MPIEXEC is None:
         pytest.skip("lost_rank.py runs the elastic agent under mpiexec, which is not installed")
     out = run_script(CH14 + "lost_rank.py", timeout=300)
-    assert "restart 1: rank(s) ['?'] lost; dp 4 x 1 -> dp 2 x 2 micro-batches (3 ranks left), global batch 8 " \
-           "kept; resuming from step_000003" in out
-    assert re.findall(r"^step +(\d+)/10", out, re.M) == [str(s) for s in [1, 2, 3] + list(range(4, 11))]
+    # usually ['?'] and step 3; under load the others may name rank 3 first, or the kill land a step later
+    restart = re.search(r"restart 1: rank\(s\) \[(.*?)\] lost; dp 4 x 1 -> dp [12] x [24] micro-batches \((\d) ranks "
+                        r"left\), global batch 8 kept; resuming from step_(\d+)", out)
+    assert restart and int(restart.group(2)) == 4 - len(restart.group(1).split(", ")), out
+    resumed, steps = int(restart.group(3)), [int(s) for s in re.findall(r"^step +(\d+)/10", out, re.M)]
+    first = steps[:len(steps) - (10 - resumed)]  # attempt 0's steps, then attempt 1's: resumed + 1 .. 10
+    assert resumed >= 3 and len(first) >= resumed and first == list(range(1, len(first) + 1)), out
+    assert steps[len(first):] == list(range(resumed + 1, 11)), out
     assert re.findall(r"^ +[\d.]+ s.{11}  (attempt \d|restart \d)", out, re.M) == ["attempt 0", "restart 1",
                                                                                    "attempt 1"]
