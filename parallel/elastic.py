@@ -134,12 +134,12 @@ def rank_after_step(agent, save, step, rank, timeout=240):
     """The pid of MPI rank `rank` of `agent`'s running job once checkpoint `step` is in `save`, or None
     if the job ended first: how a test or a demonstration picks its moment to stop a rank (the step
     the job has reached by then depends on the machine's load: later checkpoints may exist)."""
-    deadline = time.monotonic() + timeout
+    deadline, pid, saved = time.monotonic() + timeout, None, Path(save) / f"step_{step:06d}"
     while time.monotonic() < deadline and agent.poll() is None:
-        pid = rank_pid(agent.pid, rank) if (Path(save) / f"step_{step:06d}").is_dir() else None
-        if pid is not None:
+        pid = pid or rank_pid(agent.pid, rank)  # found first: a scan of /proc takes longer than a tiny job's step
+        if pid is not None and saved.is_dir():
             return pid
-        time.sleep(0.1)
+        time.sleep(0.01)
     return None
 
 
