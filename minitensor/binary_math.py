@@ -40,12 +40,19 @@ def rounded_div(a, b, rounding_mode):
     integers stay integers (PyTorch's dtype), floats stay floats."""
     if rounding_mode not in ROUNDING_MODES:
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    a, b = binary_operands("div", a, b)
+    a, b = division_operands("div", a, b, f" (rounding_mode={rounding_mode!r})")
+    return RoundedDiv.apply(a, b, mode=rounding_mode)
+
+
+def division_operands(op, a, b, where=""):
+    """The promoted operands of a rounded division or a remainder: bools divide as int64, and an
+    integer division by zero is refused (numpy would give 0 with a warning)."""
+    a, b = binary_operands(op, a, b)
     if a.dtype == np.bool_:
         a, b = Tensor(a.data.astype(np.int64)), Tensor(b.data.astype(np.int64))
     if a.dtype.kind in "iu" and (b.data == 0).any():
-        raise DivisionByZero(f"div: integer division by zero (rounding_mode={rounding_mode!r})")
-    return RoundedDiv.apply(a, b, mode=rounding_mode)
+        raise DivisionByZero(f"{op}: integer division by zero{where}")
+    return a, b
 
 
 def floor_divide(a, b):
@@ -70,12 +77,7 @@ class Remainder(Function):
 
 
 def _remainder(op, a, b, mode):
-    a, b = binary_operands(op, a, b)
-    if a.dtype == np.bool_:
-        a, b = Tensor(a.data.astype(np.int64)), Tensor(b.data.astype(np.int64))
-    if a.dtype.kind in "iu" and (b.data == 0).any():
-        raise DivisionByZero(f"{op}: integer division by zero")
-    return Remainder.apply(a, b, mode=mode)
+    return Remainder.apply(*division_operands(op, a, b), mode=mode)
 
 
 def remainder(a, b):
