@@ -12,38 +12,28 @@ directly; a norm divides by a statistic).
 """
 import numpy as np
 
-from minitensor import dtypes
-from minitensor.autograd import Function
+from minitensor.nn.linear import Linear
 
 from .gemm import scaled_matmul
 
 
-class Fp8LinearFunction(Function):
-    """y = x Wᵀ + b, every product on FP8 operands from `scaling` (a recipe's layer)."""
+class Fp8LinearFunction(Linear):
+    """y = x Wᵀ + b, every product on FP8 operands from `scaling` (a recipe's layer): Linear with
+    its three products replaced."""
 
     def forward(self, x, weight, bias=None, scaling=None):
-        x2 = x.reshape(-1, x.shape[-1])
-        a, b, self.fp8_saved = scaling.forward_operands(x2, weight)
-        self.scaling, self.x_shape, self.has_bias, self.dtype = scaling, x.shape, bias is not None, x.dtype
-        y = scaled_matmul(a, b, x.dtype)
-        if bias is not None:
-            y += bias
-        return y.reshape(*x.shape[:-1], weight.shape[0])
+        self.scaling, self.dtype = scaling, x.dtype
+        return super().forward(x, weight, bias)
 
-    def backward(self, grad):
-        return self.backward_parts(grad, (True, True, self.has_bias))
+    def product(self, x2, weight):
+        a, b, self.fp8_saved = self.scaling.forward_operands(x2, weight)
+        return scaled_matmul(a, b, self.dtype)
 
-    def backward_parts(self, grad, wanted):
-        """The gradients flagged in `wanted` (x, weight[, bias]), as functional.Linear's."""
-        g2 = grad.reshape(-1, grad.shape[-1])
-        dx = dw = None
-        if wanted[0]:  # dx = dY W
-            dx = scaled_matmul(*self.scaling.dgrad_operands(g2, self.fp8_saved), self.dtype).reshape(self.x_shape)
-        if wanted[1]:  # dW = dYᵀ x
-            dw = scaled_matmul(*self.scaling.wgrad_operands(g2, self.fp8_saved), self.dtype)
-        if not self.has_bias:
-            return dx, dw
-        return dx, dw, (dtypes.sum(g2, axis=0) if wanted[2] else None)
+    def input_grad(self, g2):  # dx = dY W
+        return scaled_matmul(*self.scaling.dgrad_operands(g2, self.fp8_saved), self.dtype)
+
+    def weight_grad(self, g2):  # dW = dYᵀ x
+        return scaled_matmul(*self.scaling.wgrad_operands(g2, self.fp8_saved), self.dtype)
 
 
 def single_device_name(name):

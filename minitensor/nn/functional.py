@@ -10,38 +10,12 @@ from minitensor.indexing import one_hot  # noqa: F401  (F.one_hot, as in PyTorch
 from minitensor.nn.checks import check_class_targets, classes_last, input_in_dtype_of
 from minitensor.nn.embedding import embedding  # noqa: F401  (F.embedding)
 from minitensor.nn.flash_attention import flash_attention  # noqa: F401  (F.flash_attention)
+from minitensor.nn.linear import Linear
 from minitensor.nn.losses import binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, soft_target_loss  # noqa: F401
 from minitensor.padding import pad  # noqa: F401  (F.pad, as in PyTorch)
 from minitensor.random import default_generator
 from minitensor.shape_ops import check_dim, one_dim
 from minitensor.tensor import Tensor
-
-
-class Linear(Function):
-    """y = x Wᵀ + b over the last axis, as one GEMM on x reshaped to 2-D."""
-
-    def forward(self, x, weight, bias=None):
-        x2 = x.reshape(-1, x.shape[-1])
-        self.save_for_backward(x2, weight)
-        self.x_shape, self.has_bias = x.shape, bias is not None
-        y = dtypes.matmul(x2, weight.T)
-        if bias is not None:
-            y += bias
-        return y.reshape(*x.shape[:-1], weight.shape[0])
-
-    def backward(self, grad):
-        return self.backward_parts(grad, (True, True, self.has_bias))
-
-    def backward_parts(self, grad, wanted):
-        """The gradients flagged in `wanted` (x, weight[, bias]), None for the others: a split
-        backward asks for dx now and for dW, db later (minitensor.split_backward)."""
-        x2, weight = self.saved
-        g2 = grad.reshape(-1, grad.shape[-1])
-        dx = dtypes.matmul(g2, weight).reshape(self.x_shape) if wanted[0] else None  # dx = dy W
-        dw = dtypes.matmul(g2.T, x2) if wanted[1] else None                              # dW = dyᵀ x
-        if not self.has_bias:
-            return dx, dw
-        return dx, dw, (dtypes.sum(g2, axis=0) if wanted[2] else None)
 
 
 class Softmax(Function):
