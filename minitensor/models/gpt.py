@@ -41,6 +41,7 @@ class GPTConfig:
     moe_every: int = 1  # blocks moe_every-1, 2·moe_every-1, ... are MoE
     capacity_factor: float = None  # None: dropless; C: at most ⌈C·T·k/E⌉ tokens per expert and sequence
     aux_loss_coef: float = 0.01    # the Switch balancing loss's α
+    aux_loss_scope: str = "sequence"  # its token group: one "sequence" (DeepSeek-V3) or the micro-"batch" (Switch)
     z_loss_coef: float = 0.0       # the ST-MoE router z-loss's β
     renormalize: bool = True       # the top-k gates divided by their sum (Mixtral), or not (Switch)
     expert_hidden: int = None      # an expert's hidden width (fine-grained experts); default mlp_width
@@ -81,7 +82,7 @@ class GPTConfig:
             raise ValueError(f"GPTConfig: expert_hidden must be a positive integer or None, got {self.expert_hidden!r}")
         if not isinstance(self.shared_experts, (int, np.integer)) or self.shared_experts < 0:
             raise ValueError(f"GPTConfig: shared_experts must be a non-negative integer, got {self.shared_experts!r}")
-        check_routing(self.n_experts, self.top_k, self.renormalize, self.router_score)
+        check_routing(self.n_experts, self.top_k, self.renormalize, self.router_score, self.aux_loss_scope)
         check_device_limit(self.n_experts, self.top_k, self.expert_groups, self.max_groups_per_token or self.expert_groups)
         if not self.expert_bias_rate >= 0:
             raise ValueError(f"GPTConfig: expert_bias_rate={self.expert_bias_rate} must be ≥ 0")
@@ -185,7 +186,7 @@ def moe_of(config, dtype):
                config.capacity_factor, config.aux_loss_coef, config.z_loss_coef, config.dropout, dtype,
                shared_experts=config.shared_experts, router_score=config.router_score,
                expert_bias_rate=config.expert_bias_rate, expert_groups=config.expert_groups,
-               max_groups_per_token=config.max_groups_per_token)
+               max_groups_per_token=config.max_groups_per_token, aux_loss_scope=config.aux_loss_scope)
 
 
 def moe_loss(blocks, dtype=None):

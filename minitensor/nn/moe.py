@@ -32,16 +32,24 @@ Two losses join the model's loss (`aux_loss`), each a mean over the token groups
     router z-loss (ST-MoE)  β · mean over tokens of (log Σⱼ exp logitsⱼ)²
 
 Σᵢ fᵢ·Pᵢ is smallest (1/E) when both are uniform; the gradient flows through Pᵢ only and
-pushes probability away from the experts that receive most tokens. With a group of one
-sequence this is DeepSeek-V3's sequence-wise balance loss (eqs. 17–20: its fᵢ is E times
-the share, its s'ᵢ the normalised score), so one loss serves both names.
+pushes probability away from the experts that receive most tokens. `aux_loss_scope` picks
+the balancing loss's token group:
+    "sequence"  one sequence: DeepSeek-V3's sequence-wise balance loss (eqs. 17–20: its fᵢ
+                is E times the share, its s'ᵢ the normalised score); no sequence may lean
+                on a few experts
+    "batch"     every token of the micro-batch: Switch Transformer's loss (eqs. 4–6),
+                GShard's and Megatron's aux_loss; looser (DeepSeek-V3 §4.5.3): a sequence
+                may keep to the experts of its domain while the batch stays balanced
+A capacity stays per sequence in both (it orders a sequence's own tokens).
 
-Why a group is one sequence: data parallelism and micro-batches split the batch by whole
-sequences (by rows), so the groups, their capacities and their statistics are the same on
-one device and in those layouts, with no communication. Context parallelism splits each
-sequence over the cp ranks (`sequence_split`): the balancing loss then averages the
-shares fᵢ over them (one small all-reduce per layer), and a capacity, which keeps a
-group's earliest tokens first, is refused (those tokens lie on other ranks).
+Where a group's tokens lie (`token_split`): data parallelism and micro-batches split the
+batch by whole sequences (by rows), so a sequence's statistics are the same on one device
+and in those layouts; context parallelism splits each sequence over the cp ranks, and a
+micro-batch lies over the dp × cp ranks. The rank then averages its shares fᵢ over those
+ranks (one all-reduce of E numbers per layer) and keeps its own Pᵢ: the ranks' mean of
+α·E·Σᵢ fᵢ·Pᵢ(rank) is the whole group's loss, since P is a mean over equal shares of tokens.
+A capacity under cp, which keeps a sequence's earliest tokens first, is refused (those
+tokens lie on other ranks).
 """
 import math
 from collections import namedtuple
@@ -74,22 +82,22 @@ def top_k(probs, k):
     # end exercise
 
 
-def balancing_loss(probs, experts, groups, coef, sequence_split=None):
+def balancing_loss(probs, experts, groups, coef, split=None):
     """α·E·(mean over groups of Σᵢ fᵢ·Pᵢ): probs the router's (N, E) Tensor, experts the
-    (N, k) top-k choices, the N tokens in `groups` equal groups. `sequence_split`: the group
-    whose ranks hold the other tokens of each token group (context parallelism's cp group),
-    or None. f is then the ranks' mean of their shares, the whole group's f, while P stays
-    this rank's: the ranks' mean of this loss is the whole group's Σᵢ fᵢ·Pᵢ."""
+    (N, k) top-k choices, the N tokens in `groups` equal groups. `split`: the ranks that hold
+    equal shares of each token group's tokens (the cp group for a sequence, dp × cp for a
+    micro-batch), or None. f is then the ranks' mean of their shares, the whole group's f,
+    while P stays this rank's: the ranks' mean of this loss is the whole group's Σᵢ fᵢ·Pᵢ."""
     n, k = experts.shape
     n_experts, per_group = probs.shape[-1], n // groups
     # exercise 20.1: the router's top-k and balancing loss
     # hint: f (groups, E): each assignment adds 1/(per_group·k) at (its token's group, its expert) (np.add.at),
-    # hint: averaged over sequence_split's ranks if there is one (all_reduce, / size);
+    # hint: averaged over the split's ranks if there is one (all_reduce, / size);
     # hint: P (groups, E): probs averaged over each group's tokens; then α·E·Σ f·P / groups.
     f = np.zeros((groups, n_experts), probs.dtype)
     np.add.at(f, (np.arange(n)[:, None] // per_group, experts), 1 / (per_group * k))
-    if sequence_split is not None:
-        f = sequence_split.all_reduce(f) / sequence_split.size
+    if split is not None:
+        f = split.all_reduce(f) / split.size
     mean_probs = probs.reshape(groups, per_group, n_experts).mean(axis=1)
     return (mean_probs * f).sum() * (coef * n_experts / groups)
     # end exercise
@@ -181,29 +189,37 @@ class MoE(Module):
     `shared_experts` experts every token runs; `router_score` "softmax" or "sigmoid";
     `expert_bias_rate` γ of loss-free balancing (0: no bias); `expert_groups` G and
     `max_groups_per_token` M: device-limited routing (moe_device_limit.py; default M = G, no
-    limit). After each forward: `aux_loss`
+    limit); `aux_loss_scope` "sequence" or "batch": the balancing loss's token group. After each forward: `aux_loss`
     (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on),
     `dropped` (assignments over capacity) and `chosen` (N, k): each token's experts."""
 
     def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
                  aux_loss_coef=0.01, z_loss_coef=0.0, dropout=0.0, dtype=DEFAULT_FLOAT, dispatcher=None,
                  shared_experts=0, router_score="softmax", expert_bias_rate=0.0, expert_groups=1,
-                 max_groups_per_token=None):
+                 max_groups_per_token=None, aux_loss_scope="sequence"):
         super().__init__()
-        check_routing(n_experts, top_k, renormalize, router_score)
+        check_routing(n_experts, top_k, renormalize, router_score, aux_loss_scope)
         self.groups, self.max_groups = expert_groups, max_groups_per_token or expert_groups
         check_device_limit(n_experts, top_k, self.groups, self.max_groups)
         self.n_experts, self.top_k, self.router_score = n_experts, top_k, router_score
         self.normalize = router_score == "sigmoid" or (renormalize and top_k > 1)
         self.capacity_factor, self.aux_loss_coef, self.z_loss_coef = capacity_factor, aux_loss_coef, z_loss_coef
+        self.aux_loss_scope = aux_loss_scope
         self.router = Linear(d_model, n_experts, bias=False, dtype=dtype)
         self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
         self.shared = Expert(d_model, shared_experts * d_ff, dtype) if shared_experts else None
         self.drop = Dropout(dropout)
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
         self.bias = ExpertBias(n_experts, expert_bias_rate)
-        self.sequence_split = None  # context parallelism's cp group: each sequence's tokens on its ranks
+        self.token_split = None  # the ranks holding the other tokens of a balancing-loss group (split_tokens)
         self.aux_loss = self.load = self.dropped = self.chosen = None
+
+    def split_tokens(self, sequence_ranks, batch_ranks):
+        """Where the rest of a balancing-loss token group lies: `sequence_ranks` hold the rest of
+        each sequence (context parallelism's cp group, or None), `batch_ranks` the rest of the
+        micro-batch (dp × cp, or None on one rank). The loss averages its shares f over the
+        ranks of its scope (balancing_loss)."""
+        self.token_split = batch_ranks if self.aux_loss_scope == "batch" else sequence_ranks
 
     def forward(self, x):
         b, t, c = x.shape
@@ -242,14 +258,20 @@ class MoE(Module):
             kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
         order, counts = dispatch_order(experts.reshape(-1), kept, self.n_experts)
         affinity = scores if self.router_score == "softmax" else scores / scores.sum(axis=-1, keepdims=True)
-        self.aux_loss = (balancing_loss(affinity, experts, groups, self.aux_loss_coef, self.sequence_split)
+        loss_groups = groups if self.aux_loss_scope == "sequence" else 1
+        self.aux_loss = (balancing_loss(affinity, experts, loss_groups, self.aux_loss_coef, self.token_split)
                          + z_loss(logits, self.z_loss_coef))
         self.load, self.dropped, self.chosen = counts, int(n * k - kept.sum()), experts
         return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
 
 
-def check_routing(n_experts, k, renormalize, router_score):
+AUX_LOSS_SCOPES = ("sequence", "batch")
+
+
+def check_routing(n_experts, k, renormalize, router_score, aux_loss_scope="sequence"):
     """One-line errors for routing settings that cannot work."""
+    if aux_loss_scope not in AUX_LOSS_SCOPES:
+        raise ValueError(f"MoE: aux_loss_scope={aux_loss_scope!r} is not one of {AUX_LOSS_SCOPES}")
     if not 1 <= k <= n_experts:
         raise ValueError(f"MoE: top_k={k} must be in [1, n_experts={n_experts}]")
     if router_score not in SCORES:

@@ -111,6 +111,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
+        for moe in self.moe_layers():  # the balancing loss's tokens: a sequence over cp, a micro-batch over dp × cp
+            moe.split_tokens(mesh.cp_group if mesh.cp > 1 else None, mesh.dp_cp_group if mesh.dp * mesh.cp > 1 else None)
         self.tied = TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the
@@ -216,6 +218,13 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         if self.context is None:
             return idx[rows], targets[rows]
         return self.context.shard_sequence(idx[rows]), self.context.shard_sequence(targets[rows])
+
+    def global_microbatches(self, idx, targets):
+        """Micro-batch j over every dp rank: chunk j of each dp rank's rows (local_batch's rows,
+        split in m as the pipeline splits them); a batch-scope balancing loss's token group."""
+        idx, targets, dp, m = np.asarray(idx), np.asarray(targets), self.mesh.dp, self.microbatches
+        rows = np.arange(len(idx)).reshape(dp, m, -1)
+        return [(idx[rows[:, j].reshape(-1)], targets[rows[:, j].reshape(-1)]) for j in range(m)]
 
     def train_step(self, idx, targets):
         """Forward and backward of one global batch (B, T); its gradient ADDS to `.grad`.

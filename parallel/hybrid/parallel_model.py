@@ -20,6 +20,8 @@ They never ask which mechanisms a model composes; they call these names. `Hybrid
                                  a mixed precision policy; else the parameters); checkpoints hold these
     master_parameters_changed()  a loader wrote the masters: refresh the compute copies
     train_step(idx, targets)     forward + backward of one global batch, gradients ADDED; mean loss
+    global_microbatches(idx, targets)
+                                 the global batch as its micro-batch steps take it, over every rank
     finish_grad_sync()           every gradient reduction due (idempotent)
     optimizer_step(), zero_grad()
     full_state_dict(), full_grads(), load_full_state_dict(state), dense_gpt()
@@ -93,6 +95,11 @@ class ParallelModel(ABC):
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
+
+    def global_microbatches(self, idx, targets):
+        """[(idx, targets)] of each micro-batch step over every rank (one device runs the same
+        ones under --check); default: the whole batch in one step."""
+        return [(idx, targets)]
 
     def full_parameters(self, writeback=False):
         return contextlib.nullcontext()

@@ -102,7 +102,7 @@ class ParallelBlock(TensorParallelModule):
 
 def whole_experts(moe, rng, sequence_parallel, context=None):
     """The MoE layer itself, replicated on the tp ranks: its dropout draws from their shared stream.
-    Under context parallelism its balancing loss averages its shares over the cp group."""
+    (Where its balancing loss's tokens lie, over cp or dp × cp, the hybrid model tells it: MoE.split_tokens.)"""
     if sequence_parallel:
         raise ValueError("a mixture-of-experts MLP under sequence parallelism: its experts run whole on every tp "
                          "rank's activation, which SP splits by position; turn sequence parallelism off")
@@ -111,6 +111,5 @@ def whole_experts(moe, rng, sequence_parallel, context=None):
             raise ValueError(f"a mixture-of-experts capacity (capacity_factor={moe.capacity_factor}) under context "
                              f"parallelism: it keeps each sequence's earliest tokens first, which lie on other cp "
                              f"ranks; use dropless routing (no capacity factor)")
-        moe.sequence_split = context.group
     moe.drop = dropout_like(moe.drop, rng, sharded=False)
     return moe

@@ -5,7 +5,11 @@ batches with the same AdamW, and compares the loss and every gradient (gathered 
 single-device name from all ranks) with the parallel model's. The relative difference
 of a gradient is max|g - g_ref| / max|g_ref|; a gradient that is zero in exact arithmetic
 (the attention key bias: softmax ignores a shift shared by all keys) is noise around 0,
-so its difference is measured against 1e-6 of the largest gradient instead.
+so its difference is measured against 1e-6 of the largest gradient instead. One device runs
+each global batch as the parallel model's micro-batch steps (global_microbatches: step j
+takes chunk j of every dp rank's rows), the gradients added and divided after: every loss is
+a mean over equal shares of tokens, so only the batch-scope balancing loss, whose token group
+is the micro-batch (minitensor.nn.moe), sees the split.
 
 Under --precision fp16/bf16 the reference is one device under the SAME policy (16-bit
 compute, float32 masters, the same loss scaler). They cannot agree bit for bit: the
@@ -55,7 +59,8 @@ class SingleDeviceCheck:
         grads = model.full_grads()
         if self.model is None:
             return None
-        loss_diff, grad_diff, name = self.compare(batches, loss, grads)
+        steps = [micro for idx, targets in batches for micro in model.global_microbatches(idx, targets)]
+        loss_diff, grad_diff, name = self.compare(steps, loss, grads)
         self.optimizer.defaults["lr"] = lr
         self.amp.step(self.optimizer)
         for update in self.updates:  # a MoE layer's loss-free balancing bias, from one device's loads

@@ -131,6 +131,9 @@ def build_parser():
                      "sequence, the rest dropped (default: dropless)")
     moe.add_argument("--moe-every", type=int, metavar="M", help="every M-th block is MoE (default 1)")
     moe.add_argument("--aux-loss-coef", type=float, metavar="A", help="balancing loss α (default 0.01)")
+    moe.add_argument("--aux-loss-scope", default="sequence", metavar="sequence|batch",
+                     help="the balancing loss's token group: each sequence (DeepSeek-V3's sequence-wise loss) or "
+                     "the whole micro-batch over every dp × cp rank (Switch, Megatron's aux_loss)")
     moe.add_argument("--z-loss-coef", type=float, metavar="B", help="router z-loss β (default 0)")
     moe.add_argument("--expert-hidden", type=int, metavar="H", help="an expert's hidden width (fine-grained "
                      "experts; default the MLP's, 4·d-model)")

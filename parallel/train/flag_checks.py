@@ -8,6 +8,7 @@ import numpy as np
 
 from minitensor.amp import precision_policy
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
+from minitensor.nn.moe import AUX_LOSS_SCOPES
 
 from ..comm.link import parse_link
 from ..context_parallel import check_sequence_length
@@ -225,10 +226,13 @@ def check_parameter_server_args(args, compress):
 
 def check_expert_args(args):
     """--experts and its flags: E, k, ep and dp agree; the layouts not composed with experts yet refused."""
+    if args.aux_loss_scope not in AUX_LOSS_SCOPES:
+        raise ValueError(f"--aux-loss-scope {args.aux_loss_scope} is not one of {', '.join(AUX_LOSS_SCOPES)}: the "
+                         f"balancing loss's token group is each sequence or the whole micro-batch")
     if not args.experts:
         given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name, unset in
                  (("ep", 1), ("top_k", None), ("capacity_factor", None), ("moe_every", None),
-                  ("aux_loss_coef", None), ("z_loss_coef", None), ("expert_hidden", None), ("shared_experts", 0),
+                  ("aux_loss_coef", None), ("aux_loss_scope", "sequence"), ("z_loss_coef", None), ("expert_hidden", None), ("shared_experts", 0),
                   ("router_score", "softmax"), ("expert_bias_rate", 0.0), ("max_ranks_per_token", None))
                  if getattr(args, name) != unset]
         if given:

@@ -41,7 +41,7 @@ def model_config(args, task):
         return BertConfig(**sizes, sep_id=SEP)
     experts = dict(n_experts=args.experts, top_k=args.top_k, moe_every=args.moe_every,
                    capacity_factor=args.capacity_factor, aux_loss_coef=args.aux_loss_coef,
-                   z_loss_coef=args.z_loss_coef, expert_hidden=args.expert_hidden,
+                   aux_loss_scope=args.aux_loss_scope, z_loss_coef=args.z_loss_coef, expert_hidden=args.expert_hidden,
                    shared_experts=args.shared_experts, router_score=args.router_score,
                    expert_bias_rate=args.expert_bias_rate, max_groups_per_token=args.max_ranks_per_token,
                    expert_groups=args.ep if args.max_ranks_per_token else 1) if args.experts else {}
