@@ -332,6 +332,17 @@ def deepseek_routings(draw):
                 tokens=draw(st.integers(1, 4)), seed=draw(seeds))
 
 
+@st.composite
+def aux_loss_cases(draw):
+    """A balancing loss's setting: E experts, k, the score, its scope ("sequence" or "batch"), and
+    a batch of 1-3 sequences of 1-4 tokens."""
+    experts = draw(st.integers(2, 6))
+    score = draw(st.sampled_from(["softmax", "sigmoid"]))
+    return dict(experts=experts, score=score, k=draw(st.integers(2 if score == "sigmoid" else 1, experts)),
+                scope=draw(st.sampled_from(["sequence", "batch"])), sequences=draw(st.integers(1, 3)),
+                tokens=draw(st.integers(1, 4)), seed=draw(seeds))
+
+
 # --- parallel.pipeline.dualpipe (DualPipeV in 3D) ----------------------------------
 
 @st.composite

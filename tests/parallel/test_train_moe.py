@@ -73,6 +73,20 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
     assert re.search(r"^  ep all_to_all +\d+ calls", result.stdout, re.MULTILINE), result.stdout
 
 
+# Issue 45: the batch-scope balancing loss (Switch's, over every token of a micro-batch) averages its shares f
+# over dp × cp; one device runs the same global micro-batches. Each layout on real ranks.
+@requires_mpiexec
+@pytest.mark.parametrize("layout", [["--dp", "4", "--ep", "2"], ["--dp", "2", "--cp", "2", "--ep", "2"],
+                                    ["--dp", "2", "--tp", "2"],
+                                    ["--dp", "2", "--pp", "2", "--microbatches", "2", "--capacity-factor", "1.0"]])
+def test_the_batch_scope_balancing_loss_equals_one_device_on_four_real_ranks(layout):
+    result = run_mpi(4, ["-m", "parallel.train", *TINY, "--experts", "4", "--steps", "2", "--check", "2",
+                         "--aux-loss-coef", "0.1", "--aux-loss-scope", "batch", *layout], timeout=240)
+    worst = re.search(r"^check: largest relative difference to one device over 2 step\(s\): (\S+) \(tolerance 1e-09",
+                      result.stdout, re.MULTILINE)
+    assert worst and float(worst.group(1)) < 1e-9, result.stdout
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--experts", "6", "--ep", "4", "--dp", "4", "--threads", "4"], "--experts 6 is not divisible by --ep 4"),
     (["--experts", "2", "--top-k", "3"], "--top-k 3 exceeds --experts 2"),
@@ -93,6 +107,8 @@ def test_experts_with_zero_2_3_and_cp_equal_one_device_on_four_real_ranks(layout
     (["--experts", "4", "--moe-every", "100"], "--moe-every 100 with --n-layer 2 places no MoE block"),
     (["--moe-every", "2"], "--moe-every 2 needs --experts E"),
     (["--aux-loss-coef", "0.1"], "--aux-loss-coef 0.1 needs --experts E"),
+    (["--aux-loss-scope", "batch"], "--aux-loss-scope batch needs --experts E"),
+    (["--experts", "2", "--aux-loss-scope", "token"], "--aux-loss-scope token is not one of sequence, batch"),
     (["--z-loss-coef", "0.1"], "--z-loss-coef 0.1 needs --experts E"),
     (["--experts", "2", "--local-steps", "2", "--dp", "2", "--threads", "2"],
      "--experts 2 does not combine with --local-steps 2 yet"),

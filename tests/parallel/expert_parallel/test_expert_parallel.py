@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from mpi_launch import requires_mpiexec, run_mpi
 from mpi_scripts.moe_common import batches, expert_parallel, moe_config, single_device, worst_difference
 
+import parallel
+from minitensor import tensor
 from minitensor.models.gpt import GPT
+from minitensor.nn.moe import balancing_loss
 from parallel.comm import run_threads
 from parallel.expert_parallel import AllToAllDispatcher, expert_major_order
 from parallel.hybrid import HybridGPT
@@ -33,6 +36,29 @@ def moe_layouts(draw):
                 renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from(capacities)),
                 microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])),
                 schedule=schedule, recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
+
+
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(2, 5), st.integers(0, 2**16))
+def test_the_balancing_loss_split_over_ranks_is_the_whole_groups(ranks, groups, share, n_experts, seed):
+    """Each of `groups` token groups (a sequence under cp, a micro-batch under dp × cp) lies in equal
+    shares over the ranks: their mean of the loss, and of its gradient, is one device's (float64)."""
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.ones(n_experts), size=(groups, ranks, share))  # group, rank, token of the rank's share
+    experts = rng.integers(0, n_experts, (groups, ranks, share, 2))
+
+    def local_loss(rank):
+        mine = tensor(probs[:, rank].reshape(-1, n_experts), requires_grad=True)
+        loss = balancing_loss(mine, experts[:, rank].reshape(-1, 2), groups, 0.3, parallel.world())
+        loss.backward()
+        return loss.item(), mine.grad.reshape(groups, share, n_experts)
+
+    results = run_threads(ranks, lambda: local_loss(parallel.world().rank))
+    whole = tensor(probs.reshape(-1, n_experts), requires_grad=True)
+    want = balancing_loss(whole, experts.reshape(-1, 2), groups, 0.3)
+    want.backward()
+    assert np.mean([loss for loss, _ in results]) == pytest.approx(want.item(), rel=1e-12)
+    grads = np.stack([grad for _, grad in results], axis=1) / ranks  # d(mean over ranks)/d(probs), by (group, rank)
+    np.testing.assert_allclose(grads.reshape(-1, n_experts), whole.grad, rtol=1e-12)
 
 
 @given(moe_layouts())
