@@ -31,8 +31,9 @@ cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees 
 A mixture of experts: an MoE block's router and each token's k experts run whole on every
 tp rank (2·(h·E + k·2·h·f) flops per token and pass, not divided by tp); per MoE block and
 micro-batch over ep ranks, the counts and two row all-to-alls forward and two backward
-(moe.all_to_all_seconds), and the experts' gradients are all-reduced over edp = dp/ep ranks
-beside the dense ones over dp.
+(moe.all_to_all_seconds) and the balancing loss's all-reduce over cp or dp·cp ranks
+(moe.balancing_seconds): together comm["ep"] (moe.moe_layer_seconds). The experts' gradients
+are all-reduced over edp = dp/ep ranks beside the dense ones over dp.
 The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
 t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
 a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
@@ -42,6 +43,7 @@ m ≥ p (pipeline.zero_bubble). With recomputation the W's run inside B (the rec
 graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from ..alpha_beta import all_gather, ring_all_reduce, send_recv
 from ..context_parallel.layout import ring_elements
@@ -57,7 +59,7 @@ from .model import (
     stage_blocks,
     stage_layers,
 )
-from .moe import all_to_all_seconds
+from .moe import moe_layer_seconds
 from .profiles import load_profile, peak_flops
 
 
@@ -222,11 +224,8 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
         cp_block = ring_time(config, layout, b, rate, cp_alpha, cp_beta, precision.activation_bytes)
         lines.append(f"cp ring ({cp_kind}): exposed {cp_block:.3g} s per block and micro-batch")
     pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
-    ep_kind, ep_alpha, ep_beta = link(profile, layout.tp * cp, layout.ep)  # an ep group: consecutive dp ranks
-    ep_layer = all_to_all_seconds(config, tokens, layout.ep, precision.activation_bytes, ep_alpha, ep_beta,
-                                  layout.recompute)
-    if layout.ep > 1:
-        lines.append(f"ep all-to-alls ({ep_kind}): {ep_layer:.3g} s per MoE block and micro-batch")
+    ep_layer, ep_lines = moe_layer_seconds(config, layout, b, precision.activation_bytes, partial(link, profile))
+    lines += ep_lines
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
                  f"= {rate:.3g} flop/s")
     lines.append(f"activation message b·s·h·{precision.activation_bytes} B = {activation} B; "
@@ -250,13 +249,13 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     lines.append(dp_line)
 
     comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {}),
-            **({"ep": m * ep_mb} if layout.ep > 1 else {})}
+            **({"ep": m * ep_mb} if ep_layer else {})}
     slots = bubble_slots(layout.schedule, p, m, layout.recompute)
     time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
                  f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}"
-                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}{f' + ep {ep_mb:.4g}' if layout.ep > 1 else ''}) + "
+                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}{f' + ep {ep_mb:.4g}' if ep_layer else ''}) + "
                  f"{dp_time:.4g} = {time['comm']:.4g} s")
     lines.append(f"bubble = {slots:.4g}·t_stage ({layout.schedule}) = {slots:.4g}·{t_stage:.4g} = "
                  f"{time['bubble']:.4g} s (fraction {slots / (m + slots):.3f} of the pipelined time)")

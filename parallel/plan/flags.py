@@ -52,6 +52,9 @@ def build_parser():
                         "--experts; default the MLP's)")
     parser.add_argument("--shared-experts", type=int, default=0, help="experts every token runs beside its routed "
                         "ones (with --experts; default 0)")
+    parser.add_argument("--aux-loss-scope", choices=("sequence", "batch"), default="sequence",
+                        help="the balancing loss's token group: its shares are all-reduced over cp (sequence) or "
+                        "dp·cp (batch) ranks per MoE block and micro-batch (with --experts)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
     parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")

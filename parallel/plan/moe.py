@@ -20,12 +20,16 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
                   (at most M ranks per token) caps the ranks a token reaches, not these rows:
                   the dispatcher sends one row per (token, expert), so the formula stands
                   (a token sent once per rank would send t·min(k, M)·(ep − 1)/ep at most)
+    balancing     per MoE layer and micro-batch (forward; again under recomputation), the
+                  balancing loss's shares f all-reduced over the ranks that hold its token
+                  group's tokens (minitensor.nn.moe, `aux_loss_scope`): b·E values over cp for
+                  the rank's b sequences, or E over dp·cp for the micro-batch
 """
 import math
 
-from ..alpha_beta import all_to_all
+from ..alpha_beta import all_to_all, ring_all_reduce
 from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
-from .model import dense_param_count, expert_param_count, expert_params_on_stage, matmul_weight_count
+from .model import dense_param_count, expert_param_count, expert_params_on_stage, has_experts, matmul_weight_count
 
 COUNT_BYTES = 8  # the per-expert row counts travel as int64
 
@@ -36,13 +40,15 @@ def expert_fields(args, n_layer):
     too (expert_parallel.composes)."""
     if not args.experts:
         given = [flag for flag, value in (("top-k", args.top_k), ("moe-every", args.moe_every),
-                                          ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts))
+                                          ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts),
+                                          ("aux-loss-scope", args.aux_loss_scope != "sequence"))
                  if value]
         if given:
             raise ValueError(f"--{given[0]} needs --experts E (a mixture of experts)")
         return {}
     fields = dict(n_experts=args.experts, top_k=args.top_k or min(2, args.experts), moe_every=args.moe_every or 1,
-                  expert_hidden=args.expert_hidden, shared_experts=args.shared_experts)
+                  expert_hidden=args.expert_hidden, shared_experts=args.shared_experts,
+                  aux_loss_scope=args.aux_loss_scope)
     if fields["top_k"] > args.experts:
         raise ValueError(f"--top-k {fields['top_k']} exceeds --experts {args.experts}: a token cannot choose more "
                          f"experts than there are")
@@ -102,3 +108,36 @@ def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=Fals
     exchange = all_to_all(ep, rows * config.d_model * itemsize, alpha, beta)
     counts = all_to_all(ep, (config.n_experts - config.n_experts // ep) * COUNT_BYTES, alpha, beta)
     return (2 if recompute else 1) * (counts + 2 * exchange) + 2 * exchange
+
+
+def balancing_ranks(config, dp, cp):
+    """The ranks an MoE layer all-reduces its balancing loss's shares over: those holding the rest
+    of a token group, a sequence's cp ranks or a micro-batch's dp·cp (1: none, or no experts)."""
+    if not has_experts(config):
+        return 1
+    return dp * cp if config.aux_loss_scope == "batch" else cp
+
+
+def balancing_seconds(config, sequences, ranks, itemsize, alpha, beta, recompute=False):
+    """α–β seconds of one MoE layer's balancing all-reduce per micro-batch: E shares per token group
+    (each of the rank's `sequences`, or its one micro-batch) over `ranks` ranks, in the forward."""
+    if ranks == 1:
+        return 0.0
+    groups = 1 if config.aux_loss_scope == "batch" else sequences
+    return (2 if recompute else 1) * ring_all_reduce(ranks, groups * config.n_experts * itemsize, alpha, beta)
+
+
+def moe_layer_seconds(config, layout, sequences, itemsize, link):
+    """(seconds, --explain lines) of one MoE layer's communication per micro-batch of `sequences`
+    sequences per rank: the all-to-alls over ep (consecutive dp ranks, stride tp·cp) and the
+    balancing all-reduce (stride tp); link(stride, size) gives the group's (kind, α, β)."""
+    tokens = sequences * config.block_size // layout.cp
+    ep_kind, alpha, beta = link(layout.tp * layout.cp, layout.ep)
+    exchange = all_to_all_seconds(config, tokens, layout.ep, itemsize, alpha, beta, layout.recompute)
+    ranks = balancing_ranks(config, layout.dp, layout.cp)
+    kind, alpha, beta = link(layout.tp, ranks)
+    balance = balancing_seconds(config, sequences, ranks, itemsize, alpha, beta, layout.recompute)
+    lines = [f"ep all-to-alls ({ep_kind}): {exchange:.3g} s per MoE block and micro-batch"] if exchange else []
+    if balance:
+        lines.append(f"balancing all-reduce over {ranks} ranks ({kind}): {balance:.3g} s per MoE block and micro-batch")
+    return exchange + balance, lines

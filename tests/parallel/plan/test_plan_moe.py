@@ -18,6 +18,7 @@ from parallel.plan.moe import (
     all_to_all_bytes,
     all_to_all_seconds,
     balanced_all_to_all_bytes,
+    balancing_seconds,
     expert_bytes_per_rank,
     flops_per_token,
 )
@@ -128,6 +129,37 @@ def test_the_plan_command_takes_fine_grained_and_shared_experts(capsys):
                        shared_experts=1)
     out = capsys.readouterr().out
     assert f"= {dense_param_count(config):,} parameters ({active_param_count(config):,} active per token)" in out
+
+
+@pytest.mark.parametrize("scope, dp, cp, m, calls", [("batch", 2, 1, 2, 2 * 3), ("batch", 2, 2, 1, 3),
+                                                      ("sequence", 2, 1, 2, 0), ("sequence", 1, 2, 2, 2 * 3)])
+def test_the_balancing_all_reduce_is_one_per_moe_layer_and_micro_batch(scope, dp, cp, m, calls):
+    """Counted in a training step of HybridGPT (3 MoE layers): the shares f all-reduced over dp × cp
+    (batch scope: E values) or cp (sequence scope: E per sequence), as moe.balancing_seconds charges."""
+    config = GPTConfig(**SIZES, n_experts=4, top_k=2, aux_loss_scope=scope)
+    idx = np.random.default_rng(0).integers(0, 13, (4, 4))
+
+    def step():
+        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(dp, cp=cp), microbatches=m)
+        model.reset_communication_stats()
+        model.train_step(idx, idx)  # before the gradient sync: the balancing all-reduces and the mean loss's
+        stats = model.communication_stats()
+        return {group: (count["calls"], count["elements"]) for (group, kind), count in stats.items()
+                if kind == "all_reduce"}
+    sequences, dp_cp = 4 // (dp * m), "dp_cp" if cp > 1 else "dp"
+    # beside them: the mean loss over dp × cp, and under cp each micro-batch's count of its tokens
+    want = {dp_cp: np.array([1, 1]), **({"cp": np.array([m, m])} if cp > 1 else {})}
+    group, values = (dp_cp, 4) if scope == "batch" else ("cp", sequences * 4)
+    if calls:
+        want[group] = want[group] + [calls, calls * values]
+    for counted in run_threads(dp * cp, step):
+        assert counted == {name: tuple(pair) for name, pair in want.items()}
+    profile = load_profile("laptop-cpu")
+    one = estimate(config, Layout(dp=dp, cp=cp, micro_batches=m), batch=4, profile=profile)
+    alpha, beta = link(profile, 1, dp * cp if scope == "batch" else cp)[1:]
+    ranks = dp * cp if scope == "batch" else cp
+    charged = m * 3 * balancing_seconds(config, sequences, ranks, 4, alpha, beta) if calls else 0.0
+    assert one.comm.get("ep", 0.0) == pytest.approx(charged, rel=1e-12)
 
 
 @pytest.mark.parametrize("flags, message", [
