@@ -24,6 +24,16 @@ def test_balance_compares_the_aux_loss_with_loss_free_balancing():
     assert 0 < float(runs["random router"]) < min(float(v) for k, v in runs.items() if k != "random router")
 
 
+def test_scope_compares_the_balancing_loss_per_sequence_and_per_batch():
+    out = run_script("tutorials/20_mixture_of_experts/scope.py", "--steps", "20")
+    rows = {name: [float(v) for v in values] for name, *values in re.findall(
+        r"^(.+?)\s+MaxVio per sequence (\S+)  per batch (\S+)  domains apart (\S+)  loss (\S+)$", out, re.MULTILINE)}
+    assert set(rows) == {"no balancing", "sequence α=0.1", "batch α=0.1"}
+    assert all(0 <= row[2] <= 1 for row in rows.values())  # a total variation
+    for scope in ("sequence α=0.1", "batch α=0.1"):  # either loss evens the batch
+        assert rows[scope][1] < rows["no balancing"][1]
+
+
 def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_equal_the_formula():
     out = run_script("tutorials/20_mixture_of_experts/fan_out.py")
     reach = {int(m): [int(n) for n in counts.split(", ")] for m, counts in re.findall(r"^M=(\d): \[(.+?)\]", out, re.M)}
