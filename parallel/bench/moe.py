@@ -11,8 +11,8 @@ sets it, so dense and MoE compare fairly):
                           Switch), without and with the balancing loss
     fine top-2 ...        DeepSeek's routing: 2E experts of half the width, top-2 (the FLOPs of
                           top-1 of E) plus one shared expert of that width, sigmoid scores; balanced by the loss
-                          (α=0.01), loss-free (γ=0.01), and loss-free with at most one ep rank
-                          per token (M=1)
+                          (α=0.01) per sequence or per batch (aux_loss_scope), loss-free (γ=0.01), and
+                          loss-free with at most one ep rank per token (M=1)
 
 Columns: parameters and those one token uses; the median step time; the task loss (the
 balancing loss taken out), mean of the last 10 steps; MaxVio = (max − mean)/mean tokens per
@@ -54,6 +54,7 @@ def variants(task, experts, ep):
             ("top-1 α=0", config(task, experts, top_k=1, aux_loss_coef=0.0)),
             ("top-1 α=0.01", config(task, experts, top_k=1, aux_loss_coef=0.01)),
             ("fine top-2 α=0.01", config(task, 2 * experts, **fine, aux_loss_coef=0.01)),
+            ("fine top-2 α=0.01 batch", config(task, 2 * experts, **fine, aux_loss_coef=0.01, aux_loss_scope="batch")),
             ("fine top-2 γ=0.01", config(task, 2 * experts, **fine, aux_loss_coef=0.0, expert_bias_rate=0.01)),
             ("fine top-2 γ=0.01 M=1", config(task, 2 * experts, **fine, aux_loss_coef=0.0, expert_bias_rate=0.01,
                                              expert_groups=ep, max_groups_per_token=1))]
