@@ -189,8 +189,8 @@ class MoE(Module):
     `shared_experts` experts every token runs; `router_score` "softmax" or "sigmoid";
     `expert_bias_rate` γ of loss-free balancing (0: no bias); `expert_groups` G and
     `max_groups_per_token` M: device-limited routing (moe_device_limit.py; default M = G, no
-    limit); `aux_loss_scope` "sequence" or "batch": the balancing loss's token group. After each forward: `aux_loss`
-    (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on),
+    limit); `aux_loss_scope` "sequence" or "batch": the balancing loss's token group. After
+    each forward: `aux_loss` (the balancing + z losses, a scalar Tensor), `load` (tokens each expert ran on),
     `dropped` (assignments over capacity) and `chosen` (N, k): each token's experts."""
 
     def __init__(self, d_model, d_ff, n_experts, top_k=2, renormalize=True, capacity_factor=None,
