@@ -12,14 +12,18 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
     FLOPs/token   6 · the matmul weights a token multiplies (forward 2, backward 4 per weight):
                   the dense ones, with each MoE layer's MLP replaced by its router, k experts
                   and the S shared ones
-    all-to-all    per MoE layer and micro-batch, what a rank sends: dispatch forward and combine
-                  backward carry the rows it sends the other ep − 1 ranks, combine forward and
-                  dispatch backward the rows it received from them: 2·(sent + received)·d values;
-                  plus, in forward, the counts: E − E/ep int64. Dropless and balanced, a rank of
-                  t tokens sends and receives t·k·(ep − 1)/ep rows. Device-limited routing
-                  (at most M ranks per token) caps the ranks a token reaches, not these rows:
-                  the dispatcher sends one row per (token, expert), so the formula stands
-                  (a token sent once per rank would send t·min(k, M)·(ep − 1)/ep at most)
+    all-to-all    per MoE layer and micro-batch, what a rank sends: the dispatcher sends one row
+                  per (token, rank) (parallel.expert_parallel.dispatch), the token's d values and
+                  its gates for the rank's E/ep experts. Dispatch forward and combine backward
+                  carry the rows it sends the other ep − 1 ranks (d + E/ep and d wide), combine
+                  forward and dispatch backward the rows it received from them:
+                  (sent + received)·(2d + E/ep) values; plus, in forward, the counts: ep − 1 int64
+                  (a rank's rows to itself never leave it, and count nothing)
+    fan-out       rows per token: the distinct ranks among its k experts. Choosing k of E
+                  uniformly, a rank holds none of them with probability C(E − E/ep, k)/C(E, k), so
+                  E[ranks] = ep·(1 − C(E − E/ep, k)/C(E, k)), at most min(k, ep); device-limited
+                  routing caps it at M (the assumption: routing as even as the limit lets it).
+                  The token's own rank is one of them as likely as any: (ep − 1)/ep of them leave
 """
 import math
 
@@ -79,26 +83,42 @@ def expert_bytes_per_rank(config, ep, bytes_per_param=16):
 
 def all_to_all_bytes(sent, received, d_model, itemsize, n_experts, ep):
     """Bytes one rank's ep group counts for one MoE layer and micro-batch, given the rows it
-    sent to and received from the other ranks (after capacity): 4 row exchanges and the counts."""
+    sent to and received from the other ranks (one per (token, rank), after capacity): 4 row
+    exchanges and the counts."""
     if ep == 1:
         return 0
-    return 2 * (sent + received) * d_model * itemsize + (n_experts - n_experts // ep) * COUNT_BYTES
+    return (sent + received) * (2 * d_model + n_experts // ep) * itemsize + (ep - 1) * COUNT_BYTES
+
+
+def ranks_per_token(config, ep):
+    """Expected distinct ep ranks a token's rows reach (the module docstring's fan-out): uniform
+    routing, capped by the device limit M (config.max_groups_per_token, the trainer's
+    --max-ranks-per-token, whose groups are the ep ranks)."""
+    n_experts, k = config.n_experts, config.top_k
+    uniform = ep * (1 - math.comb(n_experts - n_experts // ep, k) / math.comb(n_experts, k))
+    return min(uniform, config.max_groups_per_token or ep)
+
+
+def rows_per_rank(config, tokens, ep):
+    """Rows a rank of `tokens` tokens sends the other ranks (and receives), dropless and balanced."""
+    return math.ceil(tokens * ranks_per_token(config, ep) * (ep - 1) / ep)
 
 
 def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4):
-    """all_to_all_bytes per step for `tokens` tokens per rank, dropless and perfectly balanced."""
-    rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
+    """all_to_all_bytes per step for `tokens` tokens per rank, dropless and balanced."""
+    rows = rows_per_rank(config, tokens, ep)
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
 def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False):
     """α–β seconds of one MoE layer's all-to-alls for one micro-batch of `tokens` tokens per
-    rank, dropless and balanced: forward the counts and two row exchanges (dispatch, combine),
-    backward two more; recomputation repeats the forward's. Each exchange is pairwise:
-    (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
+    rank, dropless and balanced: forward the counts and two row exchanges (dispatch, d + E/ep
+    values a row; combine, d), backward two more; recomputation repeats the forward's. Each
+    exchange is pairwise: (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
     if ep == 1:
         return 0.0
-    rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
-    exchange = all_to_all(ep, rows * config.d_model * itemsize, alpha, beta)
-    counts = all_to_all(ep, (config.n_experts - config.n_experts // ep) * COUNT_BYTES, alpha, beta)
-    return (2 if recompute else 1) * (counts + 2 * exchange) + 2 * exchange
+    rows = rows_per_rank(config, tokens, ep)
+    exchanges = sum(all_to_all(ep, rows * width * itemsize, alpha, beta)
+                    for width in (config.d_model + config.n_experts // ep, config.d_model))
+    counts = all_to_all(ep, (ep - 1) * COUNT_BYTES, alpha, beta)
+    return (2 if recompute else 1) * (counts + exchanges) + exchanges

@@ -13,7 +13,7 @@ from mpi_scripts.moe_common import batches, expert_parallel, moe_config, single_
 
 from minitensor.models.gpt import GPT
 from parallel.comm import run_threads
-from parallel.expert_parallel import AllToAllDispatcher, expert_major_order
+from parallel.expert_parallel import AllToAllDispatcher
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
@@ -75,12 +75,6 @@ def test_the_expert_gradients_are_reduced_over_the_expert_replicas_only():
         return model.communication_stats(), model.replicas.reducers[-1].group.size
     (counted, edp), *_ = run_threads(4, stats)
     assert edp == 2 and set(counted) == {("dp", "all_reduce"), ("edp", "all_reduce")}
-
-
-def test_rows_arriving_by_source_are_regrouped_by_expert():
-    received = np.array([[1, 2], [0, 3]])  # from source 0: 1 row for expert 0, 2 for expert 1; source 1: 0, 3
-    assert expert_major_order(received).tolist() == [0, 1, 2, 3, 4, 5]
-    assert expert_major_order(np.array([[2, 1], [1, 1]])).tolist() == [0, 1, 3, 2, 4]
 
 
 def test_bad_expert_layouts_are_refused():

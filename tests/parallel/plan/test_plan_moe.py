@@ -64,7 +64,9 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
         return formula, model.communication_stats()[("ep", "all_to_all")]["bytes"]
     for formula, counted in run_threads(4, step):
         assert formula == counted
-    assert balanced_all_to_all_bytes(config, tokens=12, ep=2, itemsize=8) == 3 * (4 * 12 * 8 * 8 + 2 * 8)
+    # top-2 of 4 experts on 2 ranks: a token misses a rank with probability C(2, 2)/C(4, 2) = 1/6, so it
+    # reaches 5/3 ranks, half of them elsewhere: 12 tokens send ⌈10⌉ rows of d + E/ep = 10 values
+    assert balanced_all_to_all_bytes(config, tokens=12, ep=2, itemsize=8) == 3 * (2 * 10 * (2 * 8 + 2) * 8 + 8)
 
 
 MOE = GPTConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, d_model=8, n_experts=4, top_k=2)
