@@ -224,7 +224,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     pp_mb = 2 * send_recv(activation, pp_alpha, pp_beta) if p > 1 else 0.0
     ep_kind, ep_alpha, ep_beta = link(profile, layout.tp * cp, layout.ep)  # an ep group: consecutive dp ranks
     ep_layer = all_to_all_seconds(config, tokens, layout.ep, precision.activation_bytes, ep_alpha, ep_beta,
-                                  layout.recompute)
+                                  layout.recompute, layout.max_ranks)
     if layout.ep > 1:
         lines.append(f"ep all-to-alls ({ep_kind}): {ep_layer:.3g} s per MoE block and micro-batch")
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "

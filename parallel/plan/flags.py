@@ -52,6 +52,9 @@ def build_parser():
                         "--experts; default the MLP's)")
     parser.add_argument("--shared-experts", type=int, default=0, help="experts every token runs beside its routed "
                         "ones (with --experts; default 0)")
+    parser.add_argument("--max-ranks-per-token", type=int, help="device-limited routing: a token's experts on at most "
+                        "M ep ranks (with --experts; the search tries only the ep that hold top-k on M ranks, and "
+                        "charges the all-to-all min(M, the uniform fan-out) rows per token)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
     parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")
@@ -102,4 +105,5 @@ def build_parser():
 
 
 POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
-                 "max_cp", "local_steps", "experts", "top_k", "moe_every", "expert_hidden")
+                 "max_cp", "local_steps", "experts", "top_k", "moe_every", "expert_hidden",
+                 "max_ranks_per_token")

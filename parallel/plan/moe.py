@@ -40,8 +40,8 @@ def expert_fields(args, n_layer):
     too (expert_parallel.composes)."""
     if not args.experts:
         given = [flag for flag, value in (("top-k", args.top_k), ("moe-every", args.moe_every),
-                                          ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts))
-                 if value]
+                                          ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts),
+                                          ("max-ranks-per-token", args.max_ranks_per_token)) if value]
         if given:
             raise ValueError(f"--{given[0]} needs --experts E (a mixture of experts)")
         return {}
@@ -90,34 +90,40 @@ def all_to_all_bytes(sent, received, d_model, itemsize, n_experts, ep):
     return (sent + received) * (2 * d_model + n_experts // ep) * itemsize + (ep - 1) * COUNT_BYTES
 
 
-def ranks_per_token(config, ep):
+def ranks_per_token(config, ep, max_ranks=None):
     """Expected distinct ep ranks a token's rows reach (the module docstring's fan-out): uniform
-    routing, capped by the device limit M (config.max_groups_per_token, the trainer's
-    --max-ranks-per-token, whose groups are the ep ranks)."""
+    routing, capped by the device limit `max_ranks` M (None: no limit)."""
     n_experts, k = config.n_experts, config.top_k
     uniform = ep * (1 - math.comb(n_experts - n_experts // ep, k) / math.comb(n_experts, k))
-    return min(uniform, config.max_groups_per_token or ep)
+    return min(uniform, max_ranks or ep)
 
 
-def rows_per_rank(config, tokens, ep):
+def rows_per_rank(config, tokens, ep, max_ranks=None):
     """Rows a rank of `tokens` tokens sends the other ranks (and receives), dropless and balanced."""
-    return math.ceil(tokens * ranks_per_token(config, ep) * (ep - 1) / ep)
+    return math.ceil(tokens * ranks_per_token(config, ep, max_ranks) * (ep - 1) / ep)
 
 
-def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4):
+def device_limit_fits(config, ep, max_ranks):
+    """Whether top-k fits on `max_ranks` of ep ranks of E/ep experts (minitensor.nn.moe_device_limit)."""
+    local = config.n_experts // ep
+    return max_ranks is None or (max_ranks <= ep and max_ranks * local >= config.top_k
+                                 and math.ceil(config.top_k / max_ranks) <= local)
+
+
+def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4, max_ranks=None):
     """all_to_all_bytes per step for `tokens` tokens per rank, dropless and balanced."""
-    rows = rows_per_rank(config, tokens, ep)
+    rows = rows_per_rank(config, tokens, ep, max_ranks)
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
-def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False):
+def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False, max_ranks=None):
     """α–β seconds of one MoE layer's all-to-alls for one micro-batch of `tokens` tokens per
     rank, dropless and balanced: forward the counts and two row exchanges (dispatch, d + E/ep
     values a row; combine, d), backward two more; recomputation repeats the forward's. Each
     exchange is pairwise: (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
     if ep == 1:
         return 0.0
-    rows = rows_per_rank(config, tokens, ep)
+    rows = rows_per_rank(config, tokens, ep, max_ranks)
     exchanges = sum(all_to_all(ep, rows * width * itemsize, alpha, beta)
                     for width in (config.d_model + config.n_experts // ep, config.d_model))
     counts = all_to_all(ep, (ep - 1) * COUNT_BYTES, alpha, beta)
