@@ -55,7 +55,7 @@ def main():
     for limit in (None, 3, 2, 1):
         reach, bytes_per_rank = one_step(task, limit)
         (counted, formula), mean = bytes_per_rank[0], np.mean([c for c, _ in bytes_per_rank])
-        planner = balanced_all_to_all_bytes(config(task, limit), tokens, EP)
+        planner = balanced_all_to_all_bytes(config(task, limit), tokens, EP, max_ranks=limit)
         data[limit or EP] = reach, mean
         print(f"M={limit or EP}: {reach.tolist()} ({reach @ np.arange(1, EP + 1) / reach.sum():.2f}) | counted "
               f"{counted:,}, formula {formula:,} ({'equal' if counted == formula else 'DIFFERENT'}) | "
