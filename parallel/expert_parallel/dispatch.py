@@ -58,10 +58,14 @@ def rows_per_rank(routing, n_tokens, n_local):
     """(rank, token, row, local): the rows to send, one per distinct (rank, token) pair of the
     kept assignments, rank-major and in token order, as their ranks and tokens; each kept
     assignment's row among them, and its expert's index on its rank (n_local experts a rank)."""
+    # exercise 20.6: one row per (token, rank)
+    # hint: the kept assignments' (rank, token) pairs as one number, rank first: expert // n_local · n_tokens + token;
+    # hint: np.unique sorts the distinct ones and (return_inverse) says which one each assignment is.
     kept = np.flatnonzero(routing.kept)
     expert = routing.expert[kept]
     pairs, row = np.unique(expert // n_local * n_tokens + routing.token[kept], return_inverse=True)
     return pairs // n_tokens, pairs % n_tokens, row, expert % n_local
+    # end exercise
 
 
 def gate_columns(routing, row, local, n_rows, n_local):

@@ -6,11 +6,20 @@ from hypothesis import given
 from strategies import expert_dispatches
 
 import minitensor as mt
-from minitensor.nn.moe import MoE, capacity, within_capacity
+from minitensor.nn.moe import MoE, Routing, capacity, within_capacity
 from parallel.comm import run_threads, world
-from parallel.expert_parallel.dispatch import AllToAllDispatcher, local_experts
+from parallel.expert_parallel.dispatch import AllToAllDispatcher, local_experts, rows_per_rank
 
 D, WIDTH = 4, 3
+
+
+def test_a_token_goes_once_to_each_rank_of_its_kept_experts():
+    # 3 tokens, top-2 of 4 experts on 2 ranks (0, 1 on rank 0; 2, 3 on rank 1); token 2's expert 2 is dropped
+    routing = Routing(token=np.repeat(np.arange(3), 2), expert=np.array([0, 1, 2, 0, 3, 2]), weight=None,
+                      kept=np.array([True, True, True, True, True, False]))
+    rank, token, row, local = rows_per_rank(routing, n_tokens=3, n_local=2)
+    assert rank.tolist() == [0, 0, 1, 1] and token.tolist() == [0, 1, 1, 2]  # token 0 goes to rank 0 once
+    assert row.tolist() == [0, 0, 2, 1, 3] and local.tolist() == [0, 1, 0, 0, 1]  # per kept assignment
 
 
 def layer_of(case, group=None):
