@@ -72,16 +72,18 @@ def flag_choices(tp, replicas, experts=False):
             if not (sp and (tp == 1 or experts)) and not (zero and replicas == 1) and not (experts and zero > 1)]
 
 
-def expert_parallel_sizes(config, dp, cp, max_ranks=None):
-    """The ep a grid can take: 1, and with experts every divisor of dp and E (when cp = 1); under
-    a device limit of M ranks per token, only those whose ranks hold top-k on M of them."""
-    return [ep for ep in divisors(dp) if (ep == 1 or (has_experts(config) and config.n_experts % ep == 0 and cp == 1))
-            and device_limit_fits(config, ep, max_ranks)]
+def expert_parallel_sizes(config, dp, cp):
+    """The ep a grid can take: 1, and with experts every divisor of dp and E (when cp = 1)."""
+    return [ep for ep in divisors(dp) if ep == 1 or (has_experts(config) and config.n_experts % ep == 0 and cp == 1)]
 
 
 def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dense", max_ranks=None):
+    """The layouts of a grid: each ep, micro-batch count and flags; under a device limit of
+    `max_ranks` M ranks per token, only the ep whose ranks hold top-k on M of them."""
     experts = has_experts(config)
-    for ep in expert_parallel_sizes(config, dp, cp, max_ranks):
+    for ep in expert_parallel_sizes(config, dp, cp):
+        if not device_limit_fits(config, ep, max_ranks):
+            continue
         for m in divisors(batch // dp):
             for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
                 yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention, max_ranks)
@@ -123,6 +125,9 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
                            result.rejected, max_cp))
     check_search_size(search_steps(config, grid_list, batch), searches)
     for dp, tp, pp, cp in grid_list:
+        unfit = [ep for ep in expert_parallel_sizes(config, dp, cp) if not device_limit_fits(config, ep, max_ranks)]
+        if unfit:
+            result.rejected[f"ep choices that cannot hold top-k on --max-ranks-per-token {max_ranks} ranks"] += len(unfit)
         for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention, max_ranks):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1

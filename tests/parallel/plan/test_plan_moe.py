@@ -188,3 +188,14 @@ def test_the_search_under_a_device_limit_tries_only_the_ep_that_hold_top_k_on_m_
     assert {est.layout.ep for est in limited.ranked} == {1, 2}  # ep = 4 holds 2 experts a rank: top-4 needs 2 ranks
     free, capped = (estimate(config, Layout(dp=4, ep=2, max_ranks=m), batch=8, profile="laptop-cpu") for m in (None, 1))
     assert capped.comm["ep"] < free.comm["ep"]
+
+
+def test_the_plan_command_takes_the_device_limit(capsys):
+    from parallel.plan.__main__ import main
+    flags = ["--n-layer", "2", "--d-model", "64", "--n-head", "4", "--vocab", "64", "--seq", "32", "--experts", "8",
+             "--top-k", "4", "--devices", "4", "--batch", "8", "--top", "100", "--mem-per-device", "1TB"]
+    main(flags)
+    assert "ep4" in capsys.readouterr().out
+    main(flags + ["--max-ranks-per-token", "1"])
+    out = capsys.readouterr().out
+    assert "ep2" in out and "ep4" not in out  # 2 experts a rank at ep = 4 cannot hold a token's 4 on one
