@@ -364,3 +364,22 @@ def fp8_gemm_shapes(draw):
     """(M, N, K, tile) of a block-scaled product: K and N often not multiples of the tile."""
     tile = draw(st.sampled_from([4, 16, 128]))
     return draw(st.integers(1, 9)), draw(st.integers(1, 2 * tile + 3)), draw(st.integers(1, 3 * tile + 5)), tile
+
+
+# --- parallel.expert_parallel (dispatch per (token, rank)) ------------------------
+
+@st.composite
+def expert_dispatches(draw):
+    """One MoE layer's routing over ep ranks: ep, experts per rank, k, the device limit M (an M
+    that cannot hold k experts becomes ep), a capacity factor (None: dropless), sequences of T
+    tokens per rank (few tokens: experts nobody chose), the score, and a tie of two experts."""
+    ep, local = draw(st.sampled_from([1, 2, 4])), draw(st.integers(1, 3))
+    experts = ep * local
+    score = draw(st.sampled_from(["softmax", "sigmoid"] if experts > 1 else ["softmax"]))  # sigmoid needs k ≥ 2
+    k = draw(st.integers(2 if score == "sigmoid" else 1, min(experts, 4)))
+    limit = draw(st.integers(1, ep))
+    if limit * local < k or -(-k // limit) > local:
+        limit = ep
+    return dict(ep=ep, experts=experts, k=k, limit=limit, score=score,
+                capacity=draw(st.sampled_from([None, 0.5, 1.0])), sequences=draw(st.integers(1, 2)),
+                tokens=draw(st.integers(1, 5)), tie=draw(st.booleans()), seed=draw(seeds))

@@ -14,11 +14,13 @@ block's MLP (Switch Transformer, GShard, Mixtral).
                    per expert: first choices before second ones, earlier tokens first; the rest
                    are dropped (that slot adds 0: the token goes on through the residual).
                    capacity_factor None: dropless, no limit
-      ─▶ dispatch  the kept (token, expert) assignments sorted by expert: x_perm = x[token[order]]
-      ─▶ experts   expert e runs on its counts[e] contiguous rows of x_perm, wherever it lives:
-                   the layer's dispatcher takes the rows there and the outputs back
-      ─▶ combine   y[t] = Σ over t's kept assignments a of g_a · expert_{e_a}(x_t)
-                   + shared(x_t): `shared_experts` experts every token passes through
+      ─▶ experts   y[t] = Σ over t's kept assignments a of g_a · expert_{e_a}(x_t), wherever the
+                   experts live: the layer's dispatcher computes it (LocalDispatcher: all here;
+                   expert parallelism: on their ranks, one row per (token, rank))
+                   dispatch  the kept assignments sorted by expert: x_perm = x[token[order]]
+                   run       expert e on its counts[e] contiguous rows of x_perm
+                   combine   each output row times its gate, added into its token's row
+      ─▶ shared    + shared(x_t): `shared_experts` experts every token passes through
                    (DeepSeekMoE), held as one MLP of shared_experts × the expert width
 
 Fine-grained experts (DeepSeekMoE): an expert's hidden width d_ff is its own setting, so
@@ -65,8 +67,8 @@ from minitensor.nn.moe_ops import gather_rows, scatter_add_rows
 from minitensor.shape_ops import concat
 from minitensor.tensor import DEFAULT_FLOAT
 
-# token, weight: per assignment (N·k); order: the kept assignments sorted by expert; counts: rows per expert
-Routing = namedtuple("Routing", ["token", "weight", "order", "counts", "kept"])
+# per assignment (N·k, token-major): its token (row), expert, gate weight (a Tensor) and whether it is kept
+Routing = namedtuple("Routing", ["token", "expert", "weight", "kept"])
 
 
 SCORES = {"softmax": lambda logits: F.softmax(logits, axis=-1), "sigmoid": F.sigmoid}
@@ -141,14 +143,14 @@ def dispatch_order(expert, kept, n_experts):
     # end exercise
 
 
-def combine(y_perm, routing, n_tokens):
-    """The inverse of dispatch: row j of y_perm (assignment routing.order[j]), times its gate
-    weight, added into its token's row; an (n_tokens, C) Tensor (dropped slots add nothing)."""
+def combine(y_perm, routing, order, n_tokens):
+    """The inverse of dispatch: row j of y_perm (assignment order[j]), times its gate weight,
+    added into its token's row; an (n_tokens, C) Tensor (dropped slots add nothing)."""
     # exercise 20.2: the dispatch permutation and its inverse
     # hint: gather the weights of the ordered assignments (gather_rows), scale y_perm's rows by them,
-    # hint: and scatter_add_rows them into their tokens (routing.token[routing.order]).
-    weight = gather_rows(routing.weight, routing.order).reshape(-1, 1)
-    return scatter_add_rows(y_perm * weight, routing.token[routing.order], n_tokens)
+    # hint: and scatter_add_rows them into their tokens (routing.token[order]).
+    weight = gather_rows(routing.weight, order).reshape(-1, 1)
+    return scatter_add_rows(y_perm * weight, routing.token[order], n_tokens)
     # end exercise
 
 
@@ -158,17 +160,25 @@ def run_each_expert(experts, x_perm, counts):
     return concat([expert(x_perm[end - n:end]) for expert, n, end in zip(experts, counts, ends, strict=True)])
 
 
+def mix_experts(x, routing, experts):
+    """(rows of x, C): row t the sum over its kept assignments a of g_a · experts[e_a](x_t), the
+    `experts` indexed as routing.expert counts them. Dispatch, run, combine (the module docstring)."""
+    order, counts = dispatch_order(routing.expert, routing.kept, len(experts))
+    y_perm = run_each_expert(experts, gather_rows(x, routing.token[order]), counts)
+    return combine(y_perm, routing, order, x.shape[0])
+
+
 class LocalDispatcher:
-    """How tokens reach the experts when all of them are on this device: each runs on its rows.
+    """How tokens reach the experts when all of them are on this device: mix_experts here.
 
-    A dispatcher is a part of the MoE layer with one method, run_experts(x_perm, counts,
-    experts): x_perm the kept assignments' rows sorted by expert, counts[e] of them for expert
-    e, `experts` the layer's; it returns the experts' outputs in x_perm's order. Expert
-    parallelism's dispatcher (parallel.expert_parallel) runs them on the ranks that hold them.
-    It holds no parameters, so it is no Module: the layer's parameter names do not see it."""
+    A dispatcher is a part of the MoE layer with one method, run_experts(x, routing, experts):
+    x the (N, C) tokens, `routing` their Routing, `experts` the layer's; it returns the (N, C)
+    gate-weighted sum of each token's kept experts (mix_experts' answer). Expert parallelism's
+    dispatcher (parallel.expert_parallel) computes it on the ranks that hold the experts. It
+    holds no parameters, so it is no Module: the layer's parameter names do not see it."""
 
-    def run_experts(self, x_perm, counts, experts):
-        return run_each_expert(experts, x_perm, counts)
+    def run_experts(self, x, routing, experts):
+        return mix_experts(x, routing, experts)
 
 
 class Expert(Module):
@@ -184,8 +194,8 @@ class Expert(Module):
 
 
 class MoE(Module):
-    """E experts of hidden width d_ff and a router (see the module docstring); `dispatcher` takes
-    the rows to the experts and back (default: LocalDispatcher, every expert here);
+    """E experts of hidden width d_ff and a router (see the module docstring); `dispatcher` runs the
+    experts wherever they live (default: LocalDispatcher, every expert here);
     `shared_experts` experts every token runs; `router_score` "softmax" or "sigmoid";
     `expert_bias_rate` γ of loss-free balancing (0: no bias); `expert_groups` G and
     `max_groups_per_token` M: device-limited routing (moe_device_limit.py; default M = G, no
@@ -224,10 +234,7 @@ class MoE(Module):
     def forward(self, x):
         b, t, c = x.shape
         flat = x.reshape(b * t, c)
-        routing = self.route(flat, groups=b)
-        x_perm = gather_rows(flat, routing.token[routing.order])
-        y_perm = self.dispatcher.run_experts(x_perm, routing.counts, self.experts)
-        y = combine(y_perm, routing, b * t)
+        y = self.dispatcher.run_experts(flat, self.route(flat, groups=b), self.experts)
         y = y if self.shared is None else y + self.shared(flat)
         return self.drop(y.reshape(b, t, c))
 
@@ -256,13 +263,13 @@ class MoE(Module):
         kept = np.ones(n * k, bool)
         if self.capacity_factor is not None:
             kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
-        order, counts = dispatch_order(experts.reshape(-1), kept, self.n_experts)
         affinity = scores if self.router_score == "softmax" else scores / scores.sum(axis=-1, keepdims=True)
         loss_groups = groups if self.aux_loss_scope == "sequence" else 1
         self.aux_loss = (balancing_loss(affinity, experts, loss_groups, self.aux_loss_coef, self.token_split)
                          + z_loss(logits, self.z_loss_coef))
-        self.load, self.dropped, self.chosen = counts, int(n * k - kept.sum()), experts
-        return Routing(np.repeat(np.arange(n), k), weight, order, counts, kept)
+        self.load = np.bincount(experts.reshape(-1)[kept], minlength=self.n_experts)
+        self.dropped, self.chosen = int(n * k - kept.sum()), experts
+        return Routing(np.repeat(np.arange(n), k), experts.reshape(-1), weight, kept)
 
 
 AUX_LOSS_SCOPES = ("sequence", "batch")

@@ -1,30 +1,40 @@
 """Expert parallelism over an ep group of n ranks (GShard, DeepSpeed-MoE, Megatron-Core):
 rank r holds experts [r·E/n, (r+1)·E/n) and keeps its own tokens. The MoE layer stays
 itself: `shard_experts` leaves it only this rank's experts and gives it an AllToAllDispatcher
-in place of its local one, which takes the rows to their experts' ranks and back. In one
-MoE layer:
+in place of its local one. Tokens travel ONE ROW PER (token, rank) (DeepSeek-V3 §3.2.2,
+DeepEP): a token two of whose experts live on rank r goes there once. In one MoE layer:
 
-    route           this rank's tokens, as on one device (minitensor.nn.moe): the kept
-                    assignments sorted by expert, x_perm, counts (E,) rows per expert
-    counts          one small all-to-all: received[s, j] = rows rank s sends for my expert j
-    dispatch        all-to-all of x_perm: the rows for rank r's experts (contiguous, since
-                    x_perm is sorted by expert) go to rank r; they arrive by source, then expert
-    regroup         reorder them by expert, then source (expert_major_order)
-    experts         each local expert on its rows (the layer holds only these)
-    combine         the inverse reorder, then the all-to-all back: every row returns to its
-                    token's rank, in x_perm's order; unpermute and weight as on one device
+    route       this rank's tokens, as on one device (minitensor.nn.moe): per assignment its
+                token, expert, gate and whether it is kept
+    rows        the distinct (rank, token) pairs of the kept assignments, rank-major, tokens in
+                order; each row carries x_t and its gates for rank r's E/n experts (−1 where t
+                did not choose the expert: a gate is ≥ 0, so the mark cannot be a gate)
+    counts      one small all-to-all: how many rows each rank sends me
+    dispatch    all-to-all of [x | gates]: the rows for rank r (contiguous) go to rank r
+    experts     rank r runs each of its experts on the rows that chose it and sums their
+                gate-weighted outputs per row (mix_experts, as one device does): one row back
+    combine     the all-to-all back: every combined row returns to its token's rank, which
+                adds its rows from the ranks it reached into the token
 
-Backward mirrors it: AllToAll's backward is the all-to-all with the splits swapped, and a
-gather's backward is the scatter of its rows (minitensor.nn.moe_ops). An expert's gradient
-on rank r sums what every rank of the ep group sent it; its replicas (the edp group, the
-ranks of the other ep groups at r's place) hold the rest of the batch's (hybrid/sections.py).
+A token whose kept experts lie on D ranks sends D rows (the one to its own rank never
+leaves it) and gets D back: device-limited routing (at most M ranks) caps D, so the bytes
+fall with M. Backward mirrors it: AllToAll's backward is the all-to-all with the splits
+swapped, and a gather's backward is the scatter of its rows (minitensor.nn.moe_ops); the
+gates travel in the differentiable rows, so the router's gradient comes back with x's. An
+expert's gradient on rank r sums what every rank of the ep group sent it; its replicas (the
+edp group, the ranks of the other ep groups at r's place) hold the rest of the batch's
+(hybrid/sections.py).
 """
 import numpy as np
 
+import minitensor as mt
 from minitensor.autograd import Function
 from minitensor.nn.module import ModuleList
-from minitensor.nn.moe import MoE, run_each_expert
-from minitensor.nn.moe_ops import gather_rows
+from minitensor.nn.moe import MoE, Routing, mix_experts
+from minitensor.nn.moe_ops import gather_rows, scatter_add_rows
+from minitensor.shape_ops import concat
+
+NOT_CHOSEN = -1.0  # in a row's gate column: the token did not choose this expert
 
 
 class AllToAll(Function):
@@ -44,43 +54,60 @@ def all_to_all(x, group, send, recv):
     return AllToAll.apply(x, group=group, send=[int(n) for n in send], recv=[int(n) for n in recv])
 
 
-def expert_major_order(received):
-    """Rows that arrived grouped by (source s, expert j), received[s, j] each, as the row order
-    grouped by (expert j, source s): each local expert's rows side by side."""
-    sizes = received.reshape(-1)
-    starts = (np.cumsum(sizes) - sizes).reshape(received.shape)
-    ep, local = received.shape
-    return np.concatenate([np.arange(starts[s, j], starts[s, j] + received[s, j])
-                           for j in range(local) for s in range(ep)]).astype(np.int64)
+def rows_per_rank(routing, n_tokens, n_local):
+    """(rank, token, row, local): the rows to send, one per distinct (rank, token) pair of the
+    kept assignments, rank-major and in token order, as their ranks and tokens; each kept
+    assignment's row among them, and its expert's index on its rank (n_local experts a rank)."""
+    # exercise 20.6: one row per (token, rank)
+    # hint: the kept assignments' (rank, token) pairs as one number, rank first: expert // n_local · n_tokens + token;
+    # hint: np.unique sorts the distinct ones and (return_inverse) says which one each assignment is.
+    kept = np.flatnonzero(routing.kept)
+    expert = routing.expert[kept]
+    pairs, row = np.unique(expert // n_local * n_tokens + routing.token[kept], return_inverse=True)
+    return pairs // n_tokens, pairs % n_tokens, row, expert % n_local
+    # end exercise
 
 
-def inverse(order):
-    undo = np.empty_like(order)
-    undo[order] = np.arange(order.size)
-    return undo
+def gate_columns(routing, row, local, n_rows, n_local):
+    """(n_rows, n_local) Tensor: the kept assignments' gates at (row, local expert), NOT_CHOSEN
+    elsewhere; differentiable in routing.weight."""
+    where = row * n_local + local
+    marks = np.full(n_rows * n_local, NOT_CHOSEN, routing.weight.dtype)
+    marks[where] = 0
+    gates = scatter_add_rows(gather_rows(routing.weight, np.flatnonzero(routing.kept)), where, n_rows * n_local)
+    return (gates + mt.tensor(marks)).reshape(n_rows, n_local)
+
+
+def arrived_routing(gates):
+    """The Routing of the rows that arrived, from their (rows, n_local) gate columns: each
+    chosen (row, local expert), row by row, its gate gathered differentiably."""
+    rows, n_local = gates.shape
+    row, local = np.nonzero(gates.data != NOT_CHOSEN)
+    return Routing(row, local, gather_rows(gates.reshape(-1), row * n_local + local), np.ones(row.size, bool))
 
 
 class AllToAllDispatcher:
     """The MoE layer's dispatcher (minitensor.nn.moe.LocalDispatcher's interface) when its
     experts are spread over the ep `group`: the layer holds only this rank's. After each
-    forward, `sent` and `received`: the rows this rank sent to and received from each rank."""
+    forward, `sent` and `received`: the rows this rank sent to and received from each rank
+    (one per (token, rank); its own rows at its own index)."""
 
     def __init__(self, group):
         self.group = group
         self.sent = self.received = None
 
-    def run_experts(self, x_perm, counts, experts):
-        """x_perm: this rank's rows sorted by expert (counts[e] for expert e of all E); returns the
-        experts' outputs in the same order, each computed on the rank that holds its expert
-        (`experts`: this rank's, in order)."""
-        per_rank = counts.reshape(self.group.size, -1).astype(np.int64)
-        received = self.group.all_to_all(per_rank)  # row s: what rank s sends for each of my experts
-        send, recv = per_rank.sum(axis=1), received.sum(axis=1)
+    def run_experts(self, x, routing, experts):
+        """(N, C): each of this rank's tokens x the sum of its kept experts' gate-weighted outputs,
+        each expert run on the rank that holds it (`experts`: this rank's, in order)."""
+        n_tokens, width, n_local = x.shape[0], x.shape[1], len(experts)
+        rank, token, row, local = rows_per_rank(routing, n_tokens, n_local)
+        send = np.bincount(rank, minlength=self.group.size)
+        recv = self.group.all_to_all(send)  # counts: what each rank sends me
         self.sent, self.received = send, recv  # of the last forward (the pictures and the byte count read them)
-        arrived = all_to_all(x_perm, self.group, send, recv)  # dispatch
-        order = expert_major_order(received)
-        y_local = run_each_expert(experts, gather_rows(arrived, order), received.sum(axis=0))
-        return all_to_all(gather_rows(y_local, inverse(order)), self.group, recv, send)  # combine
+        rows = concat([gather_rows(x, token), gate_columns(routing, row, local, token.size, n_local)], axis=1)
+        arrived = all_to_all(rows, self.group, send, recv)  # dispatch
+        y = mix_experts(arrived[:, :width], arrived_routing(arrived[:, width:]), experts)
+        return scatter_add_rows(all_to_all(y, self.group, recv, send), token, n_tokens)  # combine
 
 
 def local_experts(experts, group):

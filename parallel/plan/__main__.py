@@ -87,6 +87,10 @@ def main(argv=None):
     too_large = bad_flag(args, {dest: at_most(high) for dest, high in LIMITS.items()})
     if too_large:
         parser.error(f"{too_large}, the planner's bound")
+    if args.max_ranks_per_token and (args.validate_published or args.layout is not None or args.json
+                                     or args.longest_sequence):
+        parser.error("--max-ranks-per-token is charged by the layout search only (not with --layout, --json, "
+                     "--validate-published or --longest-sequence)")
     if args.validate_published or args.layout is not None or args.json:
         return cluster_cli.run(args, parser, model_config)
     if args.calibrate:
@@ -113,7 +117,7 @@ def main(argv=None):
             return print_longest_sequences(config, args, batch, profile, dtype)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
                       args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps,
-                      attention=args.attention)
+                      attention=args.attention, max_ranks=args.max_ranks_per_token)
     except ValueError as error:
         parser.error(str(error))
     if args.simulate:

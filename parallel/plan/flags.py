@@ -55,6 +55,9 @@ def build_parser():
     parser.add_argument("--aux-loss-scope", choices=("sequence", "batch"), default="sequence",
                         help="the balancing loss's token group: its shares are all-reduced over cp (sequence) or "
                         "dp·cp (batch) ranks per MoE block and micro-batch (with --experts)")
+    parser.add_argument("--max-ranks-per-token", type=int, help="device-limited routing: a token's experts on at most "
+                        "M ep ranks (with --experts; the search tries only the ep that hold top-k on M ranks, and "
+                        "charges the all-to-all min(M, the uniform fan-out) rows per token)")
     parser.add_argument("--n-layer", type=int, help=f"number of transformer blocks, ≤ {LIMITS['n_layer']:,}")
     parser.add_argument("--d-model", type=int, help=f"hidden size h, ≤ {LIMITS['d_model']:,}")
     parser.add_argument("--n-head", type=int, help=f"attention heads a, ≤ {LIMITS['n_head']:,}")
@@ -105,4 +108,5 @@ def build_parser():
 
 
 POSITIVE_INTS = ("n_layer", "d_model", "n_head", "vocab", "seq", "batch", "devices", "mem_per_device", "top", "explain",
-                 "max_cp", "local_steps", "experts", "top_k", "moe_every", "expert_hidden")
+                 "max_cp", "local_steps", "experts", "top_k", "moe_every", "expert_hidden",
+                 "max_ranks_per_token")

@@ -90,6 +90,7 @@ class Layout:
     cp: int = 1                       # context parallel: the sequence split over cp ranks, ring attention
     ep: int = 1                       # expert parallel (a mixture of experts): splits each dp group, E/ep experts per rank
     attention: str = "dense"          # the attention kernel: "dense" keeps the probabilities, "flash" only O and L
+    max_ranks: int = None             # device-limited routing: a token's experts on at most M of the ep ranks
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batches", "cp", "ep"):
@@ -102,6 +103,8 @@ class Layout:
             raise ValueError(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
+        if self.max_ranks is not None and not 1 <= self.max_ranks <= self.ep:
+            raise ValueError(f"Layout: max_ranks={self.max_ranks} must be in [1, ep={self.ep}]")
         if self.attention not in KERNELS:
             raise ValueError(f"Layout.attention={self.attention!r} must be one of {KERNELS}")
 

@@ -12,14 +12,18 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
     FLOPs/token   6 · the matmul weights a token multiplies (forward 2, backward 4 per weight):
                   the dense ones, with each MoE layer's MLP replaced by its router, k experts
                   and the S shared ones
-    all-to-all    per MoE layer and micro-batch, what a rank sends: dispatch forward and combine
-                  backward carry the rows it sends the other ep − 1 ranks, combine forward and
-                  dispatch backward the rows it received from them: 2·(sent + received)·d values;
-                  plus, in forward, the counts: E − E/ep int64. Dropless and balanced, a rank of
-                  t tokens sends and receives t·k·(ep − 1)/ep rows. Device-limited routing
-                  (at most M ranks per token) caps the ranks a token reaches, not these rows:
-                  the dispatcher sends one row per (token, expert), so the formula stands
-                  (a token sent once per rank would send t·min(k, M)·(ep − 1)/ep at most)
+    all-to-all    per MoE layer and micro-batch, what a rank sends: the dispatcher sends one row
+                  per (token, rank) (parallel.expert_parallel.dispatch), the token's d values and
+                  its gates for the rank's E/ep experts. Dispatch forward and combine backward
+                  carry the rows it sends the other ep − 1 ranks (d + E/ep and d wide), combine
+                  forward and dispatch backward the rows it received from them:
+                  (sent + received)·(2d + E/ep) values; plus, in forward, the counts: ep − 1 int64
+                  (a rank's rows to itself never leave it, and count nothing)
+    fan-out       rows per token: the distinct ranks among its k experts. Choosing k of E
+                  uniformly, a rank holds none of them with probability C(E − E/ep, k)/C(E, k), so
+                  E[ranks] = ep·(1 − C(E − E/ep, k)/C(E, k)), at most min(k, ep); device-limited
+                  routing caps it at M (the assumption: routing as even as the limit lets it).
+                  The token's own rank is one of them as likely as any: (ep − 1)/ep of them leave
     balancing     per MoE layer and micro-batch (forward; again under recomputation), the
                   balancing loss's shares f all-reduced over the ranks that hold its token
                   group's tokens (minitensor.nn.moe, `aux_loss_scope`): b·E values over cp for
@@ -41,8 +45,8 @@ def expert_fields(args, n_layer):
     if not args.experts:
         given = [flag for flag, value in (("top-k", args.top_k), ("moe-every", args.moe_every),
                                           ("expert-hidden", args.expert_hidden), ("shared-experts", args.shared_experts),
-                                          ("aux-loss-scope", args.aux_loss_scope != "sequence"))
-                 if value]
+                                          ("aux-loss-scope", args.aux_loss_scope != "sequence"),
+                                          ("max-ranks-per-token", args.max_ranks_per_token)) if value]
         if given:
             raise ValueError(f"--{given[0]} needs --experts E (a mixture of experts)")
         return {}
@@ -85,29 +89,51 @@ def expert_bytes_per_rank(config, ep, bytes_per_param=16):
 
 def all_to_all_bytes(sent, received, d_model, itemsize, n_experts, ep):
     """Bytes one rank's ep group counts for one MoE layer and micro-batch, given the rows it
-    sent to and received from the other ranks (after capacity): 4 row exchanges and the counts."""
+    sent to and received from the other ranks (one per (token, rank), after capacity): 4 row
+    exchanges and the counts."""
     if ep == 1:
         return 0
-    return 2 * (sent + received) * d_model * itemsize + (n_experts - n_experts // ep) * COUNT_BYTES
+    return (sent + received) * (2 * d_model + n_experts // ep) * itemsize + (ep - 1) * COUNT_BYTES
 
 
-def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4):
-    """all_to_all_bytes per step for `tokens` tokens per rank, dropless and perfectly balanced."""
-    rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
+def ranks_per_token(config, ep, max_ranks=None):
+    """Expected distinct ep ranks a token's rows reach (the module docstring's fan-out): uniform
+    routing, capped by the device limit `max_ranks` M (None: no limit)."""
+    n_experts, k = config.n_experts, config.top_k
+    uniform = ep * (1 - math.comb(n_experts - n_experts // ep, k) / math.comb(n_experts, k))
+    return min(uniform, max_ranks or ep)
+
+
+def rows_per_rank(config, tokens, ep, max_ranks=None):
+    """Rows a rank of `tokens` tokens sends the other ranks (and receives), dropless and balanced."""
+    return math.ceil(tokens * ranks_per_token(config, ep, max_ranks) * (ep - 1) / ep)
+
+
+def device_limit_fits(config, ep, max_ranks):
+    """Whether top-k fits on `max_ranks` of ep ranks of E/ep experts (minitensor.nn.moe_device_limit)."""
+    local = config.n_experts // ep
+    return max_ranks is None or (max_ranks <= ep and max_ranks * local >= config.top_k
+                                 and math.ceil(config.top_k / max_ranks) <= local)
+
+
+def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4, max_ranks=None):
+    """all_to_all_bytes per step for `tokens` tokens per rank, dropless and balanced."""
+    rows = rows_per_rank(config, tokens, ep, max_ranks)
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
-def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False):
+def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=False, max_ranks=None):
     """α–β seconds of one MoE layer's all-to-alls for one micro-batch of `tokens` tokens per
-    rank, dropless and balanced: forward the counts and two row exchanges (dispatch, combine),
-    backward two more; recomputation repeats the forward's. Each exchange is pairwise:
-    (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
+    rank, dropless and balanced: forward the counts and two row exchanges (dispatch, d + E/ep
+    values a row; combine, d), backward two more; recomputation repeats the forward's. Each
+    exchange is pairwise: (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
     if ep == 1:
         return 0.0
-    rows = math.ceil(tokens * config.top_k * (ep - 1) / ep)
-    exchange = all_to_all(ep, rows * config.d_model * itemsize, alpha, beta)
-    counts = all_to_all(ep, (config.n_experts - config.n_experts // ep) * COUNT_BYTES, alpha, beta)
-    return (2 if recompute else 1) * (counts + 2 * exchange) + 2 * exchange
+    rows = rows_per_rank(config, tokens, ep, max_ranks)
+    exchanges = sum(all_to_all(ep, rows * width * itemsize, alpha, beta)
+                    for width in (config.d_model + config.n_experts // ep, config.d_model))
+    counts = all_to_all(ep, (ep - 1) * COUNT_BYTES, alpha, beta)
+    return (2 if recompute else 1) * (counts + exchanges) + exchanges
 
 
 def balancing_ranks(config, dp, cp):
@@ -133,7 +159,8 @@ def moe_layer_seconds(config, layout, sequences, itemsize, link):
     balancing all-reduce (stride tp); link(stride, size) gives the group's (kind, α, β)."""
     tokens = sequences * config.block_size // layout.cp
     ep_kind, alpha, beta = link(layout.tp * layout.cp, layout.ep)
-    exchange = all_to_all_seconds(config, tokens, layout.ep, itemsize, alpha, beta, layout.recompute)
+    exchange = all_to_all_seconds(config, tokens, layout.ep, itemsize, alpha, beta, layout.recompute,
+                                  layout.max_ranks)
     ranks = balancing_ranks(config, layout.dp, layout.cp)
     kind, alpha, beta = link(layout.tp, ranks)
     balance = balancing_seconds(config, sequences, ranks, itemsize, alpha, beta, layout.recompute)

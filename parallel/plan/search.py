@@ -22,6 +22,7 @@ from math import isqrt
 from .cost import estimate
 from .layout import Layout
 from .model import has_experts
+from .moe import device_limit_fits
 from .profiles import load_profile
 
 # Each candidate's estimate costs every pipeline stage, and each stage walks the pp-long balance
@@ -76,12 +77,16 @@ def expert_parallel_sizes(config, dp, cp):
     return [ep for ep in divisors(dp) if ep == 1 or (has_experts(config) and config.n_experts % ep == 0 and cp == 1)]
 
 
-def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dense"):
+def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dense", max_ranks=None):
+    """The layouts of a grid: each ep, micro-batch count and flags; under a device limit of
+    `max_ranks` M ranks per token, only the ep whose ranks hold top-k on M of them."""
     experts = has_experts(config)
     for ep in expert_parallel_sizes(config, dp, cp):
+        if not device_limit_fits(config, ep, max_ranks):
+            continue
         for m in divisors(batch // dp):
             for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
-                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention)
+                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention, max_ranks)
 
 
 def search_steps(config, grid_list, batch):
@@ -102,14 +107,15 @@ def check_search_size(steps, searches=1):
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
          schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1,
-         attention="dense"):
+         attention="dense", max_ranks=None):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
     `max_cp`: also try context parallelism up to this many ranks; `searches`: how many searches
     of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together);
     `attention`: the kernel every layout computes attention with (Layout.attention: flash keeps
-    no probabilities, so its activations hold no s² term; the time model is the same)."""
+    no probabilities, so its activations hold no s² term; the time model is the same); `max_ranks`:
+    device-limited routing, M ranks per token at most (the trainer's --max-ranks-per-token)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
@@ -119,7 +125,10 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
                            result.rejected, max_cp))
     check_search_size(search_steps(config, grid_list, batch), searches)
     for dp, tp, pp, cp in grid_list:
-        for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention):
+        unfit = [ep for ep in expert_parallel_sizes(config, dp, cp) if not device_limit_fits(config, ep, max_ranks)]
+        if unfit:
+            result.rejected[f"ep choices that cannot hold top-k on --max-ranks-per-token {max_ranks} ranks"] += len(unfit)
+        for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention, max_ranks):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
                 continue

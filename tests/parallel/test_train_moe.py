@@ -49,10 +49,13 @@ def test_deepseek_routing_equals_one_device(layout, capsys):
     assert result["check"] < 1e-9 and capsys.readouterr().out.count("check step") == 3
 
 
+# the second: device-limited routing (M = 2 of ep = 4), each token's rows one per (token, rank)
 @requires_mpiexec
-def test_deepseek_routing_equals_one_device_on_four_real_ranks():
+@pytest.mark.parametrize("layout", [["--ep", "2", "--zero", "2"],
+                                    ["--ep", "4", "--experts", "8", "--top-k", "4", "--max-ranks-per-token", "2"]])
+def test_deepseek_routing_equals_one_device_on_four_real_ranks(layout):
     result = run_mpi(4, ["-m", "parallel.train", *TINY, "--experts", "4", "--steps", "2", "--check", "2", *DEEPSEEK,
-                         "--dp", "4", "--ep", "2", "--zero", "2"], timeout=240)
+                         "--dp", "4", *layout], timeout=240)
     assert re.search(r"^check: largest relative difference to one device over 2 step\(s\): \S+e-1\d \(tolerance",
                      result.stdout, re.MULTILINE), result.stdout
 

@@ -1,5 +1,6 @@
-"""Chapter 20, mixture of experts: the balancing loss evens the experts' load, and the
-dispatch all-to-all moves every routed row once, most of them across ranks."""
+"""Chapter 20, mixture of experts: the balancing loss evens the experts' load, the dispatch
+all-to-all moves every routed row once, most of them across ranks, and the device limit cuts
+the rows, one per (token, rank)."""
 import importlib.util
 import re
 
@@ -34,12 +35,17 @@ def test_scope_compares_the_balancing_loss_per_sequence_and_per_batch():
         assert rows[scope][1] < rows["no balancing"][1]
 
 
-def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_equal_the_formula():
+def test_the_device_limit_caps_the_ranks_a_token_reaches_and_the_bytes_fall_with_it():
     out = run_script("tutorials/20_mixture_of_experts/fan_out.py")
-    reach = {int(m): [int(n) for n in counts.split(", ")] for m, counts in re.findall(r"^M=(\d): \[(.+?)\]", out, re.M)}
-    assert set(reach) == {4, 3, 2} and len({sum(r) for r in reach.values()}) == 1  # every token counted once
-    assert all(not any(r[m:]) for m, r in reach.items()) and any(reach[4][2:])  # capped, and the cap binds
-    assert out.count("(equal)") == 3
+    rows = re.findall(r"^M=(\d): \[(.+?)\] .* \| ([\d,]+), planner ([\d,]+)$", out, re.M)
+    reach = {int(m): [int(n) for n in counts.split(", ")] for m, counts, _, _ in rows}
+    assert list(reach) == [4, 3, 2, 1] and len({sum(r) for r in reach.values()}) == 1  # every token counted once
+    assert all(not any(r[m:]) for m, r in reach.items()) and any(reach[4][3:])  # capped, and the cap binds
+    assert out.count("(equal)") == 4
+    mean = [int(counted.replace(",", "")) for _, _, counted, _ in rows]
+    assert mean == sorted(mean, reverse=True) and mean[-1] < mean[0] / 2  # one row per (token, rank): fewer ranks, fewer bytes
+    for (_, _, counted, planner) in rows:  # the planner's uniform estimate, capped at M, within 10%
+        assert abs(int(counted.replace(",", "")) / int(planner.replace(",", "")) - 1) < 0.1
 
 
 def test_routing_refuses_a_step_count_below_one_in_one_line(capsys):

@@ -121,6 +121,7 @@ TESTS.update({
 MOE = "tests/minitensor/test_moe.py"
 DEEPSEEK = "tests/minitensor/test_moe_deepseek.py"
 LOSS_FREE = "tests/parallel/hybrid/test_loss_free_balance.py"
+DISPATCH = "tests/parallel/expert_parallel/test_dispatch_per_rank.py"
 TESTS.update({
     "20.1": [f"{MOE}::test_top_k_takes_the_largest_probabilities_lower_index_first_on_ties",
              f"{MOE}::test_the_balancing_loss_is_alpha_for_a_uniform_router_and_grows_with_imbalance",
@@ -134,6 +135,8 @@ TESTS.update({
              f"{DEEPSEEK}::test_routing_equals_the_papers_equations_with_ties_and_idle_experts"],
     "20.5": [f"{DEEPSEEK}::test_device_limited_selection_keeps_the_groups_whose_best_scores_sum_largest",
              f"{DEEPSEEK}::test_routing_equals_the_papers_equations_with_ties_and_idle_experts"],
+    "20.6": [f"{DISPATCH}::test_a_token_goes_once_to_each_rank_of_its_kept_experts",
+             f"{DISPATCH}::test_the_dispatch_per_token_and_rank_equals_one_device"],
 })
 
 # --- chapter 21: flash attention ---

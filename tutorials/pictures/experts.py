@@ -79,19 +79,29 @@ def draw_balance(plt, data):
 
 
 def fan_out(quick):
-    """Tokens reaching 1..4 ranks in one step at ep = 4, top-4 of 8, without and with the device limit."""
+    """Tokens reaching 1..4 ranks in one step at ep = 4, top-4 of 16, and the mean rank's all-to-all
+    bytes, without and with the device limit M = 3, 2, 1."""
     script, task = load_script("20_mixture_of_experts/fan_out.py"), AdditionTask(digits=2, seed=0)
-    data = {limit or script.EP: script.one_step(task, limit)[0] for limit in (None, 3, 2)}
-    return data, "\n".join(f"M={m}: tokens reaching 1, 2, 3, 4 ranks {reach.tolist()}" for m, reach in data.items())
+    data = {}
+    for limit in (None, 3, 2, 1):
+        reach, per_rank = script.one_step(task, limit)
+        data[limit or script.EP] = reach, float(np.mean([counted for counted, _ in per_rank]))
+    return data, "\n".join(f"M={m}: tokens reaching 1, 2, 3, 4 ranks {reach.tolist()}, all-to-all {mean:,.0f} bytes"
+                           for m, (reach, mean) in data.items())
 
 
 def draw_fan_out(plt, data):
-    fig, ax = plt.subplots(figsize=(5, 3))
-    for shift, (limit, reach) in zip((-0.27, 0, 0.27), data.items()):
-        ax.bar(np.arange(1, len(reach) + 1) + shift, reach, width=0.27, label=f"at most {limit} ranks")
-    ax.set(xlabel="ranks a token's 4 experts live on", ylabel="tokens (all ranks)", xticks=range(1, 5),
-           title="all-to-all fan-out, E = 8, top-4, ep = 4")
-    ax.legend()
+    fig, (reach_ax, bytes_ax) = plt.subplots(1, 2, figsize=(8, 3))
+    width = 0.8 / len(data)
+    for i, (limit, (reach, _)) in enumerate(data.items()):
+        reach_ax.bar(np.arange(1, len(reach) + 1) + (i - (len(data) - 1) / 2) * width, reach, width=width,
+                     label=f"M = {limit}")
+    reach_ax.set(xlabel="ranks a token's 4 experts live on", ylabel="tokens (all ranks)", xticks=range(1, 5),
+                 title="fan-out, E = 16, top-4, ep = 4")
+    reach_ax.legend(fontsize=8)
+    bytes_ax.bar([str(m) for m in data], [mean / 1e3 for _, mean in data.values()], color="tab:gray")
+    bytes_ax.set(xlabel="M, the most ranks a token may reach", ylabel="kB per rank and step",
+                 title="all-to-all bytes: one row per (token, rank)")
     fig.tight_layout()
     return fig
 

@@ -16,7 +16,7 @@ from minitensor import tensor
 from minitensor.models.gpt import GPT
 from minitensor.nn.moe import balancing_loss
 from parallel.comm import run_threads
-from parallel.expert_parallel import AllToAllDispatcher, expert_major_order
+from parallel.expert_parallel import AllToAllDispatcher
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 
@@ -25,14 +25,20 @@ SCRIPTS = Path(__file__).parents[1] / "mpi_scripts"
 
 @st.composite
 def moe_layouts(draw):
-    """A mixture-of-experts layout of at most 4 ranks: dp × ep, with tp, pp or cp beside them, any ZeRO stage."""
+    """A mixture-of-experts layout of at most 4 ranks: dp × ep, with tp, pp or cp beside them, any ZeRO stage;
+    with ep > 1, sometimes device-limited routing (a token's experts on at most M of the ep ranks)."""
     ep = draw(st.sampled_from([1, 2, 4]))
     dp = ep * draw(st.sampled_from([1, 2] if ep < 4 else [1]))
     tp, pp, cp = draw(st.sampled_from([(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)] if dp <= 2 else [(1, 1, 1)]))
     n_experts = ep * draw(st.integers(1, 2))
     schedule = draw(st.sampled_from(["gpipe", "1f1b", "zb-h1"])) if pp > 1 else "1f1b"
     capacities = [None] if cp > 1 else [None, 0.5, 1.0, 1.5]  # a capacity under cp is refused (dropless only)
-    return dict(dp=dp, ep=ep, tp=tp, pp=pp, cp=cp, n_experts=n_experts, top_k=draw(st.integers(1, min(2, n_experts))),
+    top_k = draw(st.integers(1, min(2, n_experts)))
+    limit = draw(st.integers(1, ep)) if ep > 1 and draw(st.booleans()) else None
+    if limit and (limit * (n_experts // ep) < top_k or -(-top_k // limit) > n_experts // ep):
+        limit = None
+    return dict(dp=dp, ep=ep, tp=tp, pp=pp, cp=cp, n_experts=n_experts, top_k=top_k,
+                expert_groups=ep if limit else 1, max_groups_per_token=limit,
                 renormalize=draw(st.booleans()), capacity_factor=draw(st.sampled_from(capacities)),
                 microbatches=draw(st.sampled_from([1, 2])), moe_every=draw(st.sampled_from([1, 2])),
                 schedule=schedule, recompute_activations=draw(st.booleans()), zero=draw(st.sampled_from([0, 1, 2, 3])))
@@ -101,12 +107,6 @@ def test_the_expert_gradients_are_reduced_over_the_expert_replicas_only():
         return model.communication_stats(), model.replicas.reducers[-1].group.size
     (counted, edp), *_ = run_threads(4, stats)
     assert edp == 2 and set(counted) == {("dp", "all_reduce"), ("edp", "all_reduce")}
-
-
-def test_rows_arriving_by_source_are_regrouped_by_expert():
-    received = np.array([[1, 2], [0, 3]])  # from source 0: 1 row for expert 0, 2 for expert 1; source 1: 0, 3
-    assert expert_major_order(received).tolist() == [0, 1, 2, 3, 4, 5]
-    assert expert_major_order(np.array([[2, 1], [1, 1]])).tolist() == [0, 1, 3, 2, 4]
 
 
 def test_bad_expert_layouts_are_refused():

@@ -14,10 +14,12 @@ from parallel.mesh import Mesh
 NOISE_FLOOR, PARAM_FLOOR = 1e-6, 1e-3
 
 
-def moe_config(n_experts, top_k, renormalize=True, capacity_factor=None, moe_every=1):
+def moe_config(n_experts, top_k, renormalize=True, capacity_factor=None, moe_every=1, expert_groups=1,
+               max_groups_per_token=None):
     return GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=8, d_ff=12, n_experts=n_experts,
                      top_k=top_k, renormalize=renormalize, capacity_factor=capacity_factor, moe_every=moe_every,
-                     aux_loss_coef=0.1, z_loss_coef=0.01)
+                     aux_loss_coef=0.1, z_loss_coef=0.01, expert_groups=expert_groups,
+                     max_groups_per_token=max_groups_per_token)
 
 
 def batches(steps, batch=8, seq=8, seed=0):

@@ -1,6 +1,9 @@
 """parallel.plan with a mixture of experts: the counts equal the real MoE GPT's, the bytes per
 rank what HybridGPT holds under ep, tp and pp, the all-to-all bytes formula what the ep group
-counts in a training step; the search tries every ep and the step time charges the all-to-alls."""
+counts in a training step, the fan-out estimate (uniform routing, capped by the device limit) a
+real step's; the search tries every ep and the step time charges the all-to-alls."""
+from itertools import combinations
+
 import numpy as np
 import pytest
 
@@ -21,6 +24,7 @@ from parallel.plan.moe import (
     balancing_seconds,
     expert_bytes_per_rank,
     flops_per_token,
+    ranks_per_token,
 )
 from parallel.plan.profiles import load_profile
 
@@ -65,7 +69,9 @@ def test_the_all_to_all_formula_equals_the_counted_bytes():
         return formula, model.communication_stats()[("ep", "all_to_all")]["bytes"]
     for formula, counted in run_threads(4, step):
         assert formula == counted
-    assert balanced_all_to_all_bytes(config, tokens=12, ep=2, itemsize=8) == 3 * (4 * 12 * 8 * 8 + 2 * 8)
+    # top-2 of 4 experts on 2 ranks: a token misses a rank with probability C(2, 2)/C(4, 2) = 1/6, so it
+    # reaches 5/3 ranks, half of them elsewhere: 12 tokens send ⌈10⌉ rows of d + E/ep = 10 values
+    assert balanced_all_to_all_bytes(config, tokens=12, ep=2, itemsize=8) == 3 * (2 * 10 * (2 * 8 + 2) * 8 + 8)
 
 
 MOE = GPTConfig(vocab_size=13, block_size=6, n_layer=2, n_head=2, d_model=8, n_experts=4, top_k=2)
@@ -166,6 +172,7 @@ def test_the_balancing_all_reduce_is_one_per_moe_layer_and_micro_batch(scope, dp
     (["--experts", "4", "--moe-every", "100"], "--moe-every 100 with --n-layer 2 places no MoE block"),
     (["--top-k", "1"], "--top-k needs --experts E"),
     (["--moe-every", "2"], "--moe-every needs --experts E"),
+    (["--max-ranks-per-token", "2"], "--max-ranks-per-token needs --experts E"),
     (["--experts", "4", "--dtype", "fp16"], "--experts 4 with --precision fp16: routing is a discrete choice"),
     (["--experts", "4", "--local-steps", "4", "--devices", "4"], "--experts 4 does not combine with --local-steps 4"),
     (["--experts", "4", "--compress", "sign", "--devices", "4"], "--experts 4 does not combine with --compress sign"),
@@ -177,3 +184,50 @@ def test_the_planner_refuses_what_the_trainer_refuses_for_experts(flags, message
         main(["--config", "small", *flags])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and err[-1].startswith("python -m parallel.plan: error: ") and message in err[-1]
+
+
+@pytest.mark.parametrize("experts, top_k, ep", [(8, 4, 4), (16, 4, 4), (6, 2, 3), (4, 1, 2)])
+def test_the_uniform_fan_out_is_the_mean_of_distinct_ranks_over_every_choice_of_k_experts(experts, top_k, ep):
+    config = GPTConfig(**SIZES, n_experts=experts, top_k=top_k)
+    choices = list(combinations(range(experts), top_k))
+    mean = np.mean([len({e // (experts // ep) for e in chosen}) for chosen in choices])
+    assert ranks_per_token(config, ep) == pytest.approx(mean, rel=1e-12)
+    assert ranks_per_token(config, ep, max_ranks=1) == 1 and ranks_per_token(config, ep) <= min(top_k, ep)
+
+
+@pytest.mark.parametrize("limit", [None, 2, 1])
+def test_the_planned_all_to_all_bytes_are_within_a_tenth_of_a_step_with_a_random_router(limit):
+    """Random tokens through a random router route nearly uniformly: the mean rank's counted bytes of
+    one training step (E = 16, top-4, ep = 4, at most `limit` ranks per token) against the planner's."""
+    config = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, d_model=8, n_experts=16, top_k=4,
+                       expert_hidden=4, expert_groups=4, max_groups_per_token=limit)
+    idx = np.random.default_rng(0).integers(0, 64, (32, 16))
+
+    def step():
+        mt.manual_seed(0)
+        model = HybridGPT(GPT(config, dtype=np.float64), Mesh(4, ep=4))
+        model.reset_communication_stats()
+        model.train_step(idx, idx)
+        return model.communication_stats()[("ep", "all_to_all")]["bytes"]
+    counted = np.mean(run_threads(4, step))
+    planned = balanced_all_to_all_bytes(config, tokens=8 * 16, ep=4, itemsize=8, max_ranks=limit)
+    assert abs(counted / planned - 1) < 0.1, (counted, planned)
+
+
+def test_the_search_under_a_device_limit_tries_only_the_ep_that_hold_top_k_on_m_ranks():
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=4, d_model=64, n_experts=8, top_k=4)
+    limited = plan(config, devices=4, batch=8, profile="laptop-cpu", memory_bytes=2**40, max_ranks=1)
+    assert {est.layout.ep for est in limited.ranked} == {1, 2}  # ep = 4 holds 2 experts a rank: top-4 needs 2 ranks
+    free, capped = (estimate(config, Layout(dp=4, ep=2, max_ranks=m), batch=8, profile="laptop-cpu") for m in (None, 1))
+    assert capped.comm["ep"] < free.comm["ep"]
+
+
+def test_the_plan_command_takes_the_device_limit(capsys):
+    from parallel.plan.__main__ import main
+    flags = ["--n-layer", "2", "--d-model", "64", "--n-head", "4", "--vocab", "64", "--seq", "32", "--experts", "8",
+             "--top-k", "4", "--devices", "4", "--batch", "8", "--top", "100", "--mem-per-device", "1TB"]
+    main(flags)
+    assert "ep4" in capsys.readouterr().out
+    main(flags + ["--max-ranks-per-token", "1"])
+    out = capsys.readouterr().out
+    assert "ep2" in out and "ep4" not in out  # 2 experts a rank at ep = 4 cannot hold a token's 4 on one
