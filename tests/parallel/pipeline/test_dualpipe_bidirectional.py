@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mpi_launch import requires_mpiexec, run_mpi
+from test_dualpipe import computes
 
 import parallel
 from parallel import HybridGPT, Mesh
@@ -14,7 +15,6 @@ from parallel.pipeline import Action, ScheduleError, check_schedule, get_schedul
 from parallel.pipeline.dualpipe import dualpipe, dualpipe_order
 from parallel.pipeline.placement import microbatches_of
 from parallel.train import main
-from test_dualpipe import computes
 
 # p = 4, m = 8 (2 each way per half-rank), from DeepSeek's DualPipe.step: half_rank 0, half_num_chunks 4.
 # Rank 0's phase 0 is the down direction (chunk a, micro-batches 0-3), phase 1 the up one (chunk b, 4-7).
