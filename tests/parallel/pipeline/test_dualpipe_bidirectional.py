@@ -11,6 +11,8 @@ from test_dualpipe import computes
 
 import parallel
 from parallel import HybridGPT, Mesh
+from parallel.bench.dualpipe import formula, simulated_idle
+from parallel.bench.dualpipe import main as bench_main
 from parallel.pipeline import Action, ScheduleError, check_schedule, get_schedule, rank_and_chunk, stage_of
 from parallel.pipeline.dualpipe import dualpipe, dualpipe_order
 from parallel.pipeline.placement import microbatches_of
@@ -103,6 +105,27 @@ def test_both_copies_of_every_stage_stay_equal_after_optimizer_steps():
         assert rank0[stage].keys() == rank1[stage].keys()
         for name in rank0[stage]:
             np.testing.assert_array_equal(rank0[stage][name], rank1[stage][name])
+
+
+@pytest.mark.parametrize("forward, backward, weight", [(1, 2, 1), (2, 3, 1), (1, 1.25, 0.25)])
+@pytest.mark.parametrize("pp, m", [(4, 8), (6, 14), (8, 20), (8, 32)])
+def test_table_2_bubble_holds_once_the_steady_state_is_reached(pp, m, forward, backward, weight):
+    # where B's input part equals F and W fits its gaps (B - W = F >= W), and m >= 3·PP - 4 (PP >= 6)
+    assert simulated_idle("dualpipe", pp, m, forward, backward, weight) == pytest.approx(
+        formula("dualpipe", pp, forward, backward, weight), abs=1e-12)
+
+
+def test_with_few_micro_batches_the_short_steady_state_idles_less_than_table_2():
+    assert simulated_idle("dualpipe", 8, 16, 1, 2, 1) == 5 < formula("dualpipe", 8, 1, 2, 1) == 6
+
+
+def test_the_table_prints_dualpipe_with_2x_parameters_and_pp_plus_1_activations(capsys):
+    assert bench_main(["--stages", "4", "--microbatches", "8", "--costs", "1,2,1"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["DualPipe"][1] == "4" and rows["DualPipe"][2:5] == ["2", "/", "2"]  # PP devices, idle = formula
+    assert rows["DualPipe"][-2] == "5" and rows["1F1B"][-2] == "4"  # PP+1 and PP stage-graphs
+    assert 1.9 < float(rows["DualPipe"][-3].rstrip("x")) <= 2.0  # stage i and the copy of stage PP-1-i
+    assert bench_main(["--stages", "4", "--microbatches", "9"]) == 2  # odd: m/2 each way
 
 
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "4", "--batch", "8", "--digits", "2", "--steps", "2",
