@@ -13,8 +13,8 @@ gives each rank's idle time (makespan - its work), printed beside the report's f
     DualPipeV  (PP/2-1)(F&B+B-3W)
 1F1B's formula holds at any costs. ZB1P's holds at its design point F = B - W = W; DualPipe's and
 DualPipeV's where the input part equals the forward and W fits in its gaps (B - W = F >= W), with m
-large enough to reach the steady state (DualPipe: m >= 3·PP - 4 for PP >= 6; with fewer, its short
-steady state idles less than the formula). Away from those points the simulation of the same lists
+large enough to reach the steady state (m >= 3·PP - 4 for DualPipe, 3·PP/2 - 2 for the V; with fewer,
+the short steady state idles less than the formula). Away from those points the simulation of the same lists
 idles longer, and the table shows by how much.
 Parameters and activations per device come from an executed step (threads, a float64 GPT of PP
 blocks): parameters relative to 1F1B's largest rank; activations the peak (micro-batch, stage)

@@ -13,7 +13,17 @@ import parallel
 from parallel import HybridGPT, Mesh
 from parallel.bench.dualpipe import formula, simulated_idle
 from parallel.bench.dualpipe import main as bench_main
-from parallel.pipeline import Action, ScheduleError, check_schedule, get_schedule, rank_and_chunk, stage_of
+from parallel.pipeline import (
+    Action,
+    ScheduleError,
+    Timeline,
+    bubble_theory,
+    check_schedule,
+    get_schedule,
+    placement_of,
+    rank_and_chunk,
+    stage_of,
+)
 from parallel.pipeline.dualpipe import dualpipe, dualpipe_order
 from parallel.pipeline.placement import microbatches_of
 from parallel.train import main
@@ -113,6 +123,15 @@ def test_table_2_bubble_holds_once_the_steady_state_is_reached(pp, m, forward, b
     # where B's input part equals F and W fits its gaps (B - W = F >= W), and m >= 3·PP - 4 (PP >= 6)
     assert simulated_idle("dualpipe", pp, m, forward, backward, weight) == pytest.approx(
         formula("dualpipe", pp, forward, backward, weight), abs=1e-12)
+
+
+@given(p=st.sampled_from([2, 4, 6, 8]), extra=st.integers(0, 3))
+def test_the_bubble_theory_of_both_is_table_2s_from_the_steady_state_on(p, extra):
+    for name, ranks, m in (("dualpipe", p, max(2 * p, 3 * p - 4) + 2 * extra),  # F = B - W = W = 1
+                           ("dualpipev", p // 2, max(p, 3 * p // 2 - 2) + extra)):
+        report = check_schedule(get_schedule(name, ranks, m, 2), ranks, m, 2, weight_time=1.0,
+                                placement=placement_of(name))
+        assert Timeline(report.events, ranks).bubble_fraction() == pytest.approx(bubble_theory(ranks, m, 2, name))
 
 
 def test_with_few_micro_batches_the_short_steady_state_idles_less_than_table_2():
