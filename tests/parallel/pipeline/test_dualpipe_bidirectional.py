@@ -147,14 +147,29 @@ def test_the_table_prints_dualpipe_with_2x_parameters_and_pp_plus_1_activations(
     assert bench_main(["--stages", "4", "--microbatches", "9"]) == 2  # odd: m/2 each way
 
 
+def test_a_bare_pipeline_under_dualpipe_is_a_clear_error():
+    # Pipeline alone has no pairs of ranks to sum the copies over: HybridGPT has (tied.MirroredGradients).
+    from minitensor.models import GPT, GPTConfig
+
+    def build():
+        gpt = GPT(GPTConfig(vocab_size=11, block_size=4, n_layer=2, n_head=2, d_model=8))
+        parallel.Pipeline.from_gpt(gpt, parallel.world(), microbatches=4, schedule="dualpipe", chunks=2)
+
+    with pytest.raises(ValueError, match=r"GPT holds every stage twice under 'dualpipe', whose gradients must be "
+                                         r"summed after backward: use HybridGPT\(model, Mesh\(1, 1, 2\)\)"):
+        parallel.run_threads(2, build, timeout=30)
+
+
 TINY = ["--d-model", "16", "--n-head", "4", "--n-layer", "4", "--batch", "8", "--digits", "2", "--steps", "2",
         "--dtype", "float64", "--schedule", "dualpipe", "--chunks", "2", "--microbatches", "4"]
 
 
 @pytest.mark.parametrize("threads, layout", [(2, ["--pp", "2"]), (4, ["--pp", "2", "--dp", "2"]),
                                              (4, ["--pp", "2", "--tp", "2", "--zero", "3"]),
-                                             (4, ["--pp", "4", "--microbatches", "8", "--batch", "16"])])
-def test_check_passes_on_threads_with_dp_tp_and_zero(threads, layout, capsys):
+                                             (4, ["--pp", "4", "--microbatches", "8", "--batch", "16"]),
+                                             (4, ["--pp", "2", "--cp", "2"]),
+                                             (4, ["--pp", "2", "--dp", "2", "--experts", "4", "--ep", "2"])])
+def test_check_passes_on_threads_composed_with_every_axis(threads, layout, capsys):
     result = main(TINY + ["--threads", str(threads), *layout, "--check"])
     assert result["check"] <= 1e-9
 
