@@ -6,7 +6,7 @@ this file follows (DeepSeek's reference code, github.com/deepseek-ai/DualPipe,
 dualpipe/dualpipev.py, the "cut-in-half" procedure, whose phases are followed here step by
 step; PyTorch's torch.distributed.pipelining has a ScheduleDualPipeV), keeps one direction and folds it:
 a pipeline of 2p stages over p ranks, rank r holding stages r and 2p-1-r (placement "v",
-schedules.py). Chunk 0 (stage r) runs down the ranks, chunk 1 (stage 2p-1-r) back up;
+placement.py). Chunk 0 (stage r) runs down the ranks, chunk 1 (stage 2p-1-r) back up;
 the turn p-1 -> p stays on rank p-1 and the loss is on rank 0. Half DualPipe's devices for
 the same stages, and one copy of the parameters.
 
@@ -35,7 +35,9 @@ micro-batches enter at rank 0 and go down, the other m/2 enter at rank PP-1 and 
 of the ranks sees the schedule from its own end: rank i runs the V's phases with
     p -> PP/2,  r -> min(i, PP-1-i),  m -> m/2,
 and with its phase 0 the direction that enters at its own end (chunk 0 on ranks < PP/2, chunk 1
-on the others: the reference's `phase ^= is_in_second_half`). Both copies of a stage are one
+on the others: the reference's `phase ^= is_in_second_half`). Its special cases of the two middle
+ranks only order their sends, which here, as for every schedule, `_place_communication` places.
+Both copies of a stage are one
 parameter of the model, so their gradients are summed after backward (tied.py, MirroredGradients):
 parameters 2x, and the bubble is table 2's for PP ranks.
 """
