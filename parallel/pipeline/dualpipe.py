@@ -27,8 +27,8 @@ in sequence, forward first: the gain measured here is the bubble, not the overla
 Bubble (report's table 2, F&B the cost of an overlapped pair, B the whole backward):
     (PP/2 - 1)(F&B + B - 3W), PP the number of stages' ranks of the bidirectional DualPipe.
 
-DualPipe itself (the report's figure 5; the reference code's dualpipe/dualpipe.py, DualPipe.step,
-followed step by step) runs the same eight phases on PP ranks (PP even, placement "mirror" of
+DualPipe itself (the report's figure 5; the reference code's dualpipe/dualpipe.py, DualPipe.step, as
+of its commit 3da1bbe, followed step by step) runs the same eight phases on PP ranks (PP even, placement "mirror" of
 placement.py): PP stages, each held twice. Rank i holds stage i of the pipeline running down the
 ranks (chunk 0) and stage PP-1-i of its mirror image running up (chunk 1); the first m/2
 micro-batches enter at rank 0 and go down, the other m/2 enter at rank PP-1 and go up. Each half
