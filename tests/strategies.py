@@ -357,6 +357,20 @@ def dualpipev_layouts(draw, max_world=8):
     return dict(drawn, layout=layout, config=config)
 
 
+@st.composite
+def dualpipe_layouts(draw, max_world=8):
+    """`hybrid_layouts` under the bidirectional DualPipe: pp even (2 or 4, dp shrunk to fit), two chunks
+    per rank (stage r and the mirrored copy of pp-1-r), m even in 2pp..2pp+4, the ZeRO stage 0..3."""
+    drawn = draw(hybrid_layouts(max_world))
+    tp = drawn["layout"]["tp"]
+    pp = draw(st.sampled_from([p for p in (2, 4) if tp * p <= max_world]))
+    dp = max(1, min(drawn["layout"]["dp"], max_world // (tp * pp)))
+    layout = dict(drawn["layout"], dp=dp, pp=pp, schedule="dualpipe", chunks=2,
+                  microbatches=2 * pp + 2 * draw(st.integers(0, 2)), zero=draw(st.sampled_from([0, 1, 2, 3])))
+    config = dict(drawn["config"], n_layer=pp + draw(st.integers(0, 1)))
+    return dict(drawn, layout=layout, config=config)
+
+
 # --- minitensor.fp8 --------------------------------------------------------------
 
 @st.composite

@@ -53,12 +53,13 @@ class LayoutAccounting:
 
     def groups(self):
         """The mesh's groups by name; under cp > 1 also cp (the ring) and dp_cp (the gradients);
-        with a tied embedding across pipeline ends, embedding (its two copies); under ZeRO-3
+        with a tied embedding across pipeline ends, embedding (its two copies; DualPipe's every
+        stage's: mirror); under ZeRO-3
         the copies of the replica group that the parameter gathers use; under ep > 1 ep (the
         all-to-alls) and edp (the experts' gradients)."""
         mesh = self.mesh
         cp = {"cp": mesh.cp_group, "dp_cp": mesh.dp_cp_group} if mesh.cp > 1 else {}
-        tied = {"embedding": self.tied.group} if self.tied.group is not None else {}
+        tied = {self.tied.name: self.tied.group} if self.tied.group is not None else {}
         params = {f"{unit.bucket.section}-params.{i}": unit.group
                   for i, sharding in enumerate(self.replicas.shardings) for unit in sharding.units}
         experts = {"ep": mesh.ep_group, "edp": mesh.edp_group} if mesh.ep > 1 else {}

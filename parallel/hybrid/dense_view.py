@@ -23,10 +23,9 @@ class DenseView:
 
     def _merge(self, local):
         """Each stage's tp-gathered arrays merged over ep (each rank's experts) and pp, in
-        single-device name order (a tied copy on the last stage is left out: the first stage's
-        is the same)."""
-        copies = {name for stage in self.stages if not stage.is_first for name in stage.tied_names()}
-        local = join_experts({n: a for n, a in local.items() if n not in copies}, self.mesh)
+        single-device name order (a tied copy on the last stage, or DualPipe's mirrored copies, are
+        left out: the other copy is the same)."""
+        local = join_experts({n: a for n, a in local.items() if n not in self.tied.left_out}, self.mesh)
         merged = gather_named_arrays(self.mesh.pp_group, local)
         return {name: merged[name] for name in self.dense_names if name in merged}
 

@@ -9,6 +9,7 @@ and the fourth axis, context parallelism over cp.
                               (heads, MLP columns, vocabulary; SP: the sequence between them)
         ──gradients──▶ TP: sum the sequence-parallel partial grads over tp
                        tied: sum BERT's embedding copies over the first and last stage
+                       mirrored: under DualPipe sum each stage's two copies over pp ranks r, pp-1-r
                        replicas: average over dp × cp (a mixture of experts' experts over
                            edp), as the replica synchronisation picked by the ZeRO stage does
                            it (replicas.py): all-reduced buckets; ZeRO-1's optimizer
@@ -59,7 +60,7 @@ from ..expert_parallel import shard_experts
 from ..pipeline.executor import Pipeline
 from ..pipeline.partition import stages_for_rank
 from ..pipeline.registry import placement_of
-from ..pipeline.tied import TiedGradients
+from ..pipeline.tied import MirroredGradients, TiedGradients
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
 from .dense_view import DenseView
@@ -77,7 +78,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
 
     microbatches: m per global batch and dp rank; schedule: "gpipe", "1f1b",
     "interleaved" (with `chunks` = v model chunks per pp rank), the zero-bubble
-    "zb-h1" / "zb-h2" (pipeline.zero_bubble) or "dualpipev" (chunks = 2, pipeline.dualpipe); balance: blocks per
+    "zb-h1" / "zb-h2" (pipeline.zero_bubble) or "dualpipev" / "dualpipe" (chunks = 2, pipeline.dualpipe); balance: blocks per
     pipeline stage (default: by parameter count); sequence_parallel, recompute_activations:
     switches; zero: the ZeRO stage over dp × cp (0 or False: plain, 1 or True: sharded AdamW
     moments, 2: + gradients, 3: + parameters), which picks the replica synchronisation
@@ -107,13 +108,17 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.dense_names = [name for name, _ in gpt.named_parameters()]
         if mesh.ep > 1:  # this rank keeps E/ep experts of each MoE layer (expert_parallel.dispatch)
             shard_experts(gpt, mesh.ep_group)
-        dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance, placement_of(schedule))
+        placement = placement_of(schedule)
+        if placement == "mirror" and ties:
+            raise ValueError(f"schedule 'dualpipe' with {config.name}: pp rank 0 would hold both ends, where the "
+                             "tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
+        dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance, placement)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
         for moe in self.moe_layers():  # the balancing loss's tokens: a sequence over cp, a micro-batch over dp × cp
             moe.split_tokens(mesh.cp_group if mesh.cp > 1 else None, mesh.dp_cp_group if mesh.dp * mesh.cp > 1 else None)
-        self.tied = TiedGradients(self.stages, mesh, ties)
+        self.tied = MirroredGradients(self.stages, mesh) if placement == "mirror" else TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the
         # replicas); a replica's gradients are dp·cp times the single device's (minitensor.fp8.recipe).

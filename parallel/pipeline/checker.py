@@ -16,7 +16,9 @@ it proves, or raises a `ScheduleError` naming the first violation:
     (source, destination, kind, micro-batch, chunk);
   * completeness: every rank forwards and backwards every (mb, chunk)
     exactly once (B and W once each), so all gradients are complete before
-    the optimizer step, which comes after every rank's list.
+    the optimizer step, which comes after every rank's list; under the
+    "mirror" placement (DualPipe) a chunk runs only its direction's half of
+    the micro-batches (placement.microbatches_of), and nothing else.
 
 The same simulation gives each action's start and end time for given costs
 (forward 1, backward 2 of which W is `weight_time` = 1, so F = B = W;
@@ -28,7 +30,8 @@ stays alive); `peak_weight_pending` counts those B-done, W-pending ones alone.
 """
 from dataclasses import dataclass
 
-from .schedules import KINDS, PRODUCES, Action, prerequisites, rank_and_chunk, stage_of
+from .placement import microbatches_of, num_stages, rank_and_chunk, stage_of
+from .schedules import KINDS, PRODUCES, Action, prerequisites
 from .timeline import Event
 
 
@@ -54,7 +57,7 @@ class ScheduleReport:
 def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, comm_time=0.0, weight_time=None,
                    placement="loop"):
     """Check `schedule` (one action list per rank) for p ranks, m micro-batches,
-    v chunks per rank placed as `placement` (schedules.PLACEMENTS); return its
+    v chunks per rank placed as `placement` (placement.PLACEMENTS); return its
     simulated events and peak activations.
     backward_time is a whole backward's; weight_time (default half of it) its W part.
     Each time is one number for every rank or a list of one per rank."""
@@ -62,11 +65,11 @@ def check_schedule(schedule, p, m, v=1, forward_time=1.0, backward_time=2.0, com
     forwards = _per_rank(forward_time, p, "forward_time")
     backwards = _per_rank(backward_time, p, "backward_time")
     weights = _per_rank(weight_time, p, "weight_time")
-    run = _Run(schedule, p, v, [_costs(f, b, w) for f, b, w in zip(forwards, backwards, weights)], comm_time,
+    run = _Run(schedule, p, v, m, [_costs(f, b, w) for f, b, w in zip(forwards, backwards, weights)], comm_time,
                placement)
     run.until_blocked()
     run.raise_if_stuck()
-    run.check_complete(m)
+    run.check_complete()
     return ScheduleReport(run.events, run.peak, run.peak_pending)
 
 
@@ -95,7 +98,7 @@ def _check_static(schedule, p, m, v, placement):
     """Shapes, ranges and peers, before anything runs."""
     if len(schedule) != p:
         raise ScheduleError(f"schedule has {len(schedule)} rank lists, expected p={p}")
-    last = p * v - 1
+    last = num_stages(p, v, placement) - 1
     for rank, actions in enumerate(schedule):
         for a in actions:
             where = f"rank {rank}: {a}"
@@ -103,6 +106,9 @@ def _check_static(schedule, p, m, v, placement):
                 raise ScheduleError(f"rank {rank}: {a!r} is not an Action with kind in {KINDS}")
             if not (0 <= a.microbatch < m and 0 <= a.chunk < v):
                 raise ScheduleError(f"{where}: micro-batch or chunk out of range (m={m}, v={v})")
+            if a.microbatch not in microbatches_of(a.chunk, m, placement):
+                raise ScheduleError(f"{where}: chunk {a.chunk} runs micro-batches "
+                                    f"{list(microbatches_of(a.chunk, m, placement))} only ({placement!r} placement)")
             if a.is_compute != (a.peer is None):
                 raise ScheduleError(f"{where}: compute actions have no peer, send/recv need one")
             if not a.is_compute:
@@ -111,7 +117,7 @@ def _check_static(schedule, p, m, v, placement):
                 if not 0 <= neighbour <= last:
                     raise ScheduleError(f"{where}: stage {stage} has no "
                                         f"neighbour stage {neighbour} (stages 0..{last})")
-                owner = rank_and_chunk(neighbour, p, placement)[0]
+                owner = rank_and_chunk(neighbour, p, placement, a.chunk)[0]
                 if a.peer != owner or owner == rank:
                     raise ScheduleError(f"{where}: stage {neighbour} lives on rank {owner}, not rank {a.peer}"
                                         + (" (same rank: handed over in memory, no message)" if owner == rank else ""))
@@ -125,8 +131,9 @@ def _neighbour_stage(kind, stage):
 class _Run:
     """State of the simulated ranks: position in their list and clock."""
 
-    def __init__(self, schedule, p, v, compute_time, comm_time, placement):
-        self.schedule, self.p, self.last_stage, self.placement = schedule, p, p * v - 1, placement
+    def __init__(self, schedule, p, v, m, compute_time, comm_time, placement):
+        self.schedule, self.p, self.v, self.m, self.placement = schedule, p, v, m, placement
+        self.last_stage = num_stages(p, v, placement) - 1
         self.compute_time, self.comm_time = compute_time, comm_time
         self.position, self.clock = [0] * p, [0.0] * p
         self.done = set()                        # (kind, mb, stage) computed, kinds as in PRODUCES
@@ -183,7 +190,8 @@ class _Run:
                                     f"{kind} of micro-batch {mb} at stage {s}")
         message = {"forward": "recv_fwd", "backward": "recv_bwd", "backward_input": "recv_bwd"}.get(a.kind)
         upstream = stage - 1 if a.kind == "forward" else stage + 1
-        remote = 0 <= upstream <= self.last_stage and rank_and_chunk(upstream, self.p, self.placement)[0] != rank
+        remote = (0 <= upstream <= self.last_stage
+                  and rank_and_chunk(upstream, self.p, self.placement, a.chunk)[0] != rank)
         if message and remote and (rank, message, a.microbatch, a.chunk) not in self.received:
             raise ScheduleError(f"rank {rank}: {a} runs without its input: no {message} "
                                 f"of micro-batch {a.microbatch}, chunk {a.chunk} before it")
@@ -226,13 +234,14 @@ class _Run:
         raise ScheduleDeadlockError(f"deadlock: {steps} -> back to rank {rank} (wait-for cycle of "
                             f"ranks {[r for r, _ in cycle]})", cycle)
 
-    def check_complete(self, m):
+    def check_complete(self):
         for rank in range(self.p):
-            for chunk in range(self.last_stage // self.p + 1):
+            for chunk in range(self.v):
                 stage = stage_of(rank, chunk, self.p, self.placement)
                 for kind, name in (("forward", "forward"), ("backward_input", "backward"),
                                    ("backward_weight", "backward_weight")):
-                    missing = [mb for mb in range(m) if (kind, mb, stage) not in self.done]
+                    missing = [mb for mb in microbatches_of(chunk, self.m, self.placement)
+                               if (kind, mb, stage) not in self.done]
                     if missing:
                         raise ScheduleError(f"rank {rank} never runs {name} of micro-batches "
                                             f"{missing} on chunk {chunk}: gradients incomplete "

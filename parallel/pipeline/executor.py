@@ -5,32 +5,32 @@ recv_fwd / forward / send_fwd / recv_bwd / backward / send_bwd actions on
 (micro-batch, chunk). The executor replays it with blocking `send`/`recv`, exactly
 the semantics under which checker.py proved the lists deadlock-free:
 
-    recv_fwd   receive the activation (micro_batch, T, d_model) into a fresh buffer;
-               it becomes a leaf that requires grad, so backward yields its gradient
-    forward    run the stage on it (first stage: on the token indices); the last
-               stage returns the micro-batch's mean loss
-    send_fwd   send the output; then drop its values (only its graph is still needed,
-               Megatron-LM's deallocate_output_tensor)
+    recv_fwd   receive the activation (micro_batch, T, d_model) into a fresh buffer: a leaf
+               that requires grad, so backward yields its gradient
+    forward    run the stage on it (first stage: on the token indices); the last stage
+               returns the micro-batch's mean loss
+    send_fwd   send the output, drop its values (its graph is still needed, Megatron-LM's
+               deallocate_output_tensor)
     recv_bwd   receive the gradient of the output
-    backward   last stage: backward from loss · loss_scale / m (loss_scale: the loss
-               scaler's, minitensor.amp; 1 without one); else from the received gradient.
-               The graph (every saved activation) is released here
+    backward   last stage: backward from loss · loss_scale / m (the loss scaler's scale,
+               minitensor.amp, or 1); else from the received gradient; frees the graph
     send_bwd   send the input's gradient to the previous stage
-    backward_input   (zero-bubble schedules) the same backward's B half: the input's
-               gradient now; the weight half waits in a WeightGradStore under
-               (micro-batch, chunk) with what it needs (minitensor.split_backward)
+    backward_input   (zero-bubble schedules) the backward's B half: the input's gradient now;
+               the W half waits in a WeightGradStore (minitensor.split_backward)
     backward_weight  its W half: the stage's weight gradients of that micro-batch
 Under DualPipeV (placement "v") stages p-1 and p are both on rank p-1: the forward of the
 one hands its output to the other in memory (a fresh leaf, as if received), and the
 backward of stage p hands its input's gradient back the same way; no message travels.
+Under DualPipe (placement "mirror") the first m/2 micro-batches run down the ranks' chunk 0,
+the others up chunk 1: the losses are on rank p-1 and rank 0.
 
-Message shapes and dtypes are known on every rank from the config and the batch,
-so no shape ever travels. Scaling each micro-batch loss by 1/m makes the
-accumulated gradients those of the mean loss over the global batch: the same as
-the single-device model's.
+Message shapes and dtypes are known on every rank from the config and the batch: no shape
+travels. Scaling each micro-batch loss by 1/m makes the accumulated gradients those of the
+mean loss over the global batch, the single-device model's.
 
-`train_step` zeroes the stages' gradients, runs the list, and returns the mean loss
-on every rank (the last stage broadcasts it). The optimizer step is the caller's:
+`train_step` zeroes the stages' gradients, runs the list, and returns the mean loss on
+every rank. The optimizer step is the caller's (under DualPipe after HybridGPT summed each
+stage's two copies' gradients, tied.MirroredGradients):
 
     pipe = Pipeline.from_gpt(model, group, microbatches=4, schedule="1f1b")
     opt = AdamW(pipe.parameters())
@@ -49,8 +49,9 @@ from ..comm.checks import TAG_UB
 from ..comm.gather import gather_named_arrays
 from .memory import ActivationMeter, activation_bytes
 from .partition import stages_for_rank
+from .placement import num_stages, rank_and_chunk, stage_of
 from .registry import get_schedule, placement_of
-from .schedules import rank_and_chunk, stage_of
+from .schedules import KINDS
 from .timeline import Event, Timeline, all_gather_events, bubble_theory
 
 
@@ -59,9 +60,8 @@ class Pipeline:
 
     stages: the GPTSlice(s) of this rank in chunk order (chunk c is model stage
     c·p + rank; under "dualpipev" rank and 2p-1-rank); group: the pipeline group (p = group.size ranks); microbatches: m;
-    schedule: "gpipe", "1f1b", "interleaved" (needs len(stages) > 1 chunks), or the
-    zero-bubble "zb-h1" / "zb-h2" (backward split into B and W, zero_bubble.py), or
-    "dualpipev" (two chunks, the V: dualpipe.py);
+    schedule: "gpipe", "1f1b", "interleaved" (len(stages) > 1 chunks), the zero-bubble "zb-h1" / "zb-h2"
+    (zero_bubble.py), "dualpipev" or "dualpipe" (two chunks: the V, the two directions; dualpipe.py);
     recompute: recompute each stage's forward in its backward, so a stored
     micro-batch costs only its stage input (GPipe's re-materialisation).
     """
@@ -82,18 +82,21 @@ class Pipeline:
     def from_gpt(cls, model, group, microbatches, schedule="1f1b", chunks=1, balance=None, recompute=False):
         """Cut the dense `model` into group.size · chunks stages (balance: blocks per
         stage, default by parameter count) and keep this rank's."""
-        if set(model.first_parts) & set(model.last_parts) and group.size > 1:
-            raise ValueError(f"{model.config.name} ties parameters across its first and last stage, whose "
-                             f"gradients must be summed after backward: use HybridGPT(model, Mesh(1, 1, {group.size}))")
+        twice = ("ties parameters across its first and last stage" if set(model.first_parts) & set(model.last_parts)
+                 else f"holds every stage twice under {schedule!r}" if placement_of(schedule) == "mirror" else None)
+        if twice and group.size > 1:
+            raise ValueError(f"{model.config.name} {twice}, whose gradients must be "
+                             f"summed after backward: use HybridGPT(model, Mesh(1, 1, {group.size}))")
         stages = stages_for_rank(model, group.rank, group.size, chunks, balance, placement_of(schedule))
         return cls(stages, group, microbatches, schedule, recompute)
 
     def _check_stages(self):
+        total = num_stages(self.p, self.v, self.placement)
         for chunk, stage in enumerate(self.stages):
             expected = stage_of(self.rank, chunk, self.p, self.placement)
-            if (stage.stage, stage.num_stages) != (expected, self.p * self.v):
+            if (stage.stage, stage.num_stages) != (expected, total):
                 raise ValueError(f"rank {self.rank} of a {self.p}-rank pipeline with {self.v} chunk(s) needs "
-                                 f"stage {expected} of {self.p * self.v} as chunk {chunk}, "
+                                 f"stage {expected} of {total} as chunk {chunk}, "
                                  f"got stage {stage.stage} of {stage.num_stages}")
 
     # --- the module interface ------------------------------------------------------
@@ -147,13 +150,13 @@ class Pipeline:
         return self._reported_loss(step.losses, step.aux)
 
     def _reported_loss(self, losses, aux):
-        """The mean of the micro-batch losses, from the last stage's rank to all; with MoE
-        blocks, plus the losses' mean of those before the last stage (`aux`: their sum over
-        this rank's micro-batches and chunks before the last), summed over the stages."""
-        last_rank = rank_and_chunk(self.p * self.v - 1, self.p, self.placement)[0]
-        value = np.array([np.mean(losses) if self.rank == last_rank else 0.0])
-        if not self.has_experts:
-            return float(self.group.broadcast(value, root=last_rank)[0])
+        """The mean loss (a rank's part: sum / m) from the last stage's rank, or summed over the ranks (DualPipe:
+        two last stages; MoE: plus `aux`, this rank's balancing losses of the stages before the last)."""
+        value = np.array([np.sum(losses) / self.m])
+        last = num_stages(self.p, self.v, self.placement) - 1
+        last_ranks = {rank_and_chunk(last, self.p, self.placement, chunk)[0] for chunk in range(self.v)}
+        if not self.has_experts and len(last_ranks) == 1:
+            return float(self.group.broadcast(value, root=last_ranks.pop())[0])
         return float(self.group.all_reduce(value + aux / self.m)[0])
 
     # --- what the step did ---------------------------------------------------------
@@ -199,11 +202,8 @@ class _Step:
         first = pipe.stages[0]
         self.shape = first.activation_shape(*idx_chunks[0].shape)
         self.dtype = next(p.dtype for p in first.parameters() if is_floating(p.dtype))
-        self.num_stages = pipe.p * pipe.v
-        # What each kind of action does (schedules.KINDS): one method each, below.
-        self.handlers = {"recv_fwd": self.recv_fwd, "forward": self.forward, "send_fwd": self.send_fwd,
-                         "recv_bwd": self.recv_bwd, "backward": self.backward, "send_bwd": self.send_bwd,
-                         "backward_input": self.backward_input, "backward_weight": self.backward_weight}
+        self.num_stages = num_stages(pipe.p, pipe.v, pipe.placement)
+        self.handlers = {kind: getattr(self, kind) for kind in KINDS}  # what each kind does: a method below
 
     def run(self, action):
         self.handlers[action.kind](action.microbatch, action.chunk, action.peer)
@@ -211,11 +211,12 @@ class _Step:
     def stage_id(self, chunk):
         return stage_of(self.pipe.rank, chunk, self.pipe.p, self.pipe.placement)
 
-    def chunk_here(self, stage):
-        """This rank's chunk holding `stage`, or None (another rank's, or no such stage)."""
+    def chunk_here(self, stage, direction):
+        """This rank's chunk holding `stage` (going `direction`, the chunk of a micro-batch under
+        "mirror"), or None (another rank's, or no such stage)."""
         if not 0 <= stage < self.num_stages:
             return None
-        rank, chunk = rank_and_chunk(stage, self.pipe.p, self.pipe.placement)
+        rank, chunk = rank_and_chunk(stage, self.pipe.p, self.pipe.placement, direction)
         return chunk if rank == self.pipe.rank else None
 
     def recv_fwd(self, mb, chunk, peer):
@@ -237,7 +238,7 @@ class _Step:
             self.aux += stage.last_aux
         self.outputs[mb, chunk] = out
         self.meter.stored((mb, chunk), activation_bytes(out))
-        following = self.chunk_here(self.stage_id(chunk) + 1)
+        following = self.chunk_here(self.stage_id(chunk) + 1, chunk)
         if following is not None:  # the V's turn: the next stage is here, a leaf as if received
             self.inputs[mb, following] = Tensor(out.data, requires_grad=True)
             drop_values(out)
@@ -280,7 +281,7 @@ class _Step:
     def keep_input_grad(self, mb, chunk):
         if (mb, chunk) in self.inputs:
             grad = self.inputs.pop((mb, chunk)).grad
-            preceding = self.chunk_here(self.stage_id(chunk) - 1)
+            preceding = self.chunk_here(self.stage_id(chunk) - 1, chunk)
             if preceding is None:
                 self.input_grads[mb, chunk] = grad
             else:  # the V's turn, backwards: the previous stage is here

@@ -9,8 +9,8 @@ from a cost per block — parameter count (memory) or measured time (speed) — 
 cheap as possible (the pipeline runs at the pace of its slowest stage).
 
 With v model chunks per rank (the interleaved schedule) there are p·v stages and
-rank r holds stages r, p + r, 2p + r, ...; under DualPipeV's V, stages r and 2p-1-r
-(`schedules.stage_of`, by placement).
+rank r holds stages r, p + r, 2p + r, ...; under DualPipeV's V, stages r and 2p-1-r; under
+DualPipe's mirror, p stages and rank r holds stages r and p-1-r (`placement.stage_of`).
 """
 import time
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from minitensor.models.slice import GPTSlice
 
-from .schedules import stage_of
+from .placement import num_stages, stage_of
 
 
 def check_stage_count(n_layer, num_stages):
@@ -111,5 +111,5 @@ def split_gpt(model, num_stages, balance=None):
 
 def stages_for_rank(model, rank, p, v=1, balance=None, placement="loop"):
     """The v stages that rank `rank` of a p-rank pipeline holds, in chunk order."""
-    stages = split_gpt(model, p * v, balance)
+    stages = split_gpt(model, num_stages(p, v, placement), balance)
     return [stages[stage_of(rank, chunk, p, placement)] for chunk in range(v)]

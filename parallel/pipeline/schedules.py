@@ -4,13 +4,9 @@ Vocabulary (Megatron-LM's):
     p  ranks in the pipeline group (`pipeline_model_parallel_size`)
     m  micro-batches per optimizer step (`num_microbatches`)
     v  model chunks per rank (`virtual_pipeline_model_parallel_size`)
-The model is cut into p*v stages; rank r holds chunks c = 0..v-1. Which stage a
-chunk is, the *placement*, is one of two:
-    "loop"  chunk c of rank r is stage  c*p + r  (Megatron's interleaving: with p=2,
-            v=2 rank 0 holds stages 0 and 2, rank 1 holds stages 1 and 3);
-    "v"     v = 2 and rank r holds stages r and 2p-1-r (DualPipeV, dualpipe.py): the
-            stages run down the ranks and back up, the last stage sits on rank 0 and
-            stages p-1 and p meet on rank p-1, which hands over locally (no message).
+The model is cut into stages and rank r holds chunks c = 0..v-1; which stage a chunk
+is, the *placement* ("loop": Megatron's interleaving, "v": DualPipeV's fold, "mirror":
+DualPipe's two directions), is placement.py's.
 
 Actions (`Action.kind`):
     recv_fwd   receive the input activation of (micro-batch, chunk) from `peer`
@@ -63,6 +59,8 @@ sum micro-batch gradients in the same order (bitwise equal float results).
 """
 from dataclasses import dataclass
 
+from .placement import num_stages, rank_and_chunk, stage_of
+
 COMPUTE_KINDS = ("forward", "backward", "backward_input", "backward_weight")
 KINDS = ("recv_fwd", "forward", "send_fwd", "recv_bwd", "backward", "send_bwd", "backward_input", "backward_weight")
 # Relative costs used only to order the communication (a backward computes
@@ -93,23 +91,6 @@ class Action:
             return text
         direction = "to" if self.kind.startswith("send") else "from"
         return f"{text} {direction} rank {self.peer}"
-
-
-PLACEMENTS = ("loop", "v")
-
-
-def stage_of(rank, chunk, p, placement="loop"):
-    """Model stage held by `chunk` of `rank` (placements: the module docstring)."""
-    if placement == "v":
-        return rank if chunk == 0 else 2 * p - 1 - rank
-    return chunk * p + rank
-
-
-def rank_and_chunk(stage, p, placement="loop"):
-    """Inverse of `stage_of`: (rank, chunk) holding `stage`."""
-    if placement == "v":
-        return (stage, 0) if stage < p else (2 * p - 1 - stage, 1)
-    return stage % p, stage // p
 
 
 def gpipe(p, m):
@@ -221,7 +202,7 @@ def _place_communication(orders, p, v, placement="loop"):
     between computes, then start every compute whose inputs are on its rank.
     The order in which this happens is one global sequence of events; each
     rank's list is that sequence seen from the rank."""
-    last_stage = p * v - 1
+    last_stage = num_stages(p, v, placement) - 1
     schedule = [[] for _ in range(p)]
     available = {}               # (rank, kind, mb, stage) -> time the data is there
     waiting = []                 # (send, recv) messages not passed yet
@@ -271,7 +252,7 @@ def _message_of(compute, rank, p, last_stage, placement):
         to_stage, send, recv = stage - 1, "send_bwd", "recv_bwd"
     else:
         return []
-    peer, peer_chunk = rank_and_chunk(to_stage, p, placement)
+    peer, peer_chunk = rank_and_chunk(to_stage, p, placement, compute.chunk)
     if peer == rank:
         return []
     return [(Action(send, compute.microbatch, compute.chunk, peer),

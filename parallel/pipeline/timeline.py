@@ -18,6 +18,11 @@ backward of a whole stage costing t_f and t_b, communication free):
 With the backward split (zero_bubble.py) and F, B, W each costing t, 1F1B is the
 case t_f = t, t_b = 2t; ZB-H1 and ZB-H2 idle only (p-1)·t per rank once m >= p:
   fraction = 1 - 3m / (2m + p - 1 + max(m, p))   (= (p-1)/(3m+p-1) for m >= p).
+DualPipe and DualPipeV at the same costs idle DeepSeek-V3's (PP/2-1)(F&B+B-3W) = PP-2 units per
+rank (F&B = F + B = 3 on a CPU; PP = p ranks for DualPipe, 2p stages for the V on p ranks), beside
+3m (DualPipe: m/2 each way on two chunks) or 6m (the V) of work, once m reaches the steady state
+(m >= 3p - 4 for DualPipe, 3p - 2 for the V; with fewer the short schedule idles less):
+  fraction = (p-2)/(3m+p-2) (DualPipe),   (p-1)/(3m+p-1) (DualPipeV).
 """
 import json
 from dataclasses import asdict, dataclass
@@ -60,9 +65,12 @@ def megatron_bubble_ratio(p, m, v=1):
 
 def bubble_theory(p, m, v=1, schedule="1f1b"):
     """Bubble as a fraction of the total time: (p-1)/(v m + p - 1); for the
-    zero-bubble schedules (F = B = W) 1 - 3m / (2m + p - 1 + max(m, p))."""
+    zero-bubble schedules (F = B = W) 1 - 3m / (2m + p - 1 + max(m, p)), and for DualPipe(V) table 2's."""
     if schedule in ("zb-h1", "zb-h2"):
         return 1 - 3 * m / (2 * m + p - 1 + max(m, p))
+    if schedule in ("dualpipe", "dualpipev"):
+        idle = p - 2 if schedule == "dualpipe" else p - 1
+        return idle / (3 * m + idle)
     ratio = megatron_bubble_ratio(p, m, v)
     return ratio / (1 + ratio)
 

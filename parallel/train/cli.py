@@ -109,7 +109,7 @@ def build_parser():
     layout.add_argument("--pp", type=int, default=1, help="pipeline stages (ranks)")
     layout.add_argument("--microbatches", type=int, default=1, help="micro-batches per dp rank and step")
     layout.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule")
-    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v; dualpipev 2)")
+    layout.add_argument("--chunks", type=int, default=1, help="model chunks per pp rank (interleaved v; dualpipev, dualpipe 2)")
     layout.add_argument("--balance", type=block_counts, default=None, metavar="N,N,...",
                         help="blocks per pipeline stage, pp·chunks of them (default: by parameter count)")
     layout.add_argument("--sequence-parallel", action="store_true", help="shard LayerNorm/dropout regions by sequence")

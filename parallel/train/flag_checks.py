@@ -15,6 +15,8 @@ from ..context_parallel import check_sequence_length
 from ..data_parallel.comm_hooks import make_hook
 from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
 from ..pipeline.partition import check_balance
+from ..pipeline.placement import num_stages
+from ..pipeline.registry import placement_of
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -78,17 +80,18 @@ def check_args(args, world_size):
     if args.sequence_parallel and args.block_size % args.tp:
         raise ValueError(f"--sequence-parallel needs the sequence length {args.block_size} divisible by "
                          f"--tp {args.tp} ({length_hint(args)})")
-    if args.pp * args.chunks > args.n_layer:
-        raise ValueError(f"--pp {args.pp} x --chunks {args.chunks} stages need --n-layer ≥ {args.pp * args.chunks}, "
-                         f"got {args.n_layer}")
+    if args.schedule in ("dualpipev", "dualpipe"):
+        check_dualpipe_args(args)
+    stages = num_stages(args.pp, args.chunks, placement_of(args.schedule))
+    layout = f"--pp {args.pp}" + (f" x --chunks {args.chunks}" if stages > args.pp else "")
+    if stages > args.n_layer:
+        raise ValueError(f"{layout} stages need --n-layer ≥ {stages}, got {args.n_layer}")
     if args.balance is not None:
         try:
-            check_balance(args.balance, args.n_layer, args.pp * args.chunks)
+            check_balance(args.balance, args.n_layer, stages)
         except ValueError as error:
-            raise ValueError(f"--balance: {error} (--pp {args.pp} x --chunks {args.chunks})") from None
-    if args.schedule == "dualpipev":
-        check_dualpipev_args(args)
-    elif args.chunks > 1 and args.schedule != "interleaved":
+            raise ValueError(f"--balance: {error} ({layout})") from None
+    if args.chunks > 1 and args.schedule not in ("interleaved", "dualpipev", "dualpipe"):
         raise ValueError(f"--chunks {args.chunks} needs --schedule interleaved")
     if args.schedule == "interleaved" and args.chunks > 1 and args.microbatches % args.pp:
         raise ValueError(f"--schedule interleaved needs --microbatches {args.microbatches} divisible by --pp {args.pp}")
@@ -119,15 +122,21 @@ def check_log_dir(directory):
         raise ValueError(f"--log-dir {directory}: {existing} is not writable")
 
 
-def check_dualpipev_args(args):
-    """DualPipeV folds 2·pp stages over pp ranks (pipeline.dualpipe): two chunks, and at least 2·pp micro-batches."""
+def check_dualpipe_args(args):
+    """DualPipeV folds 2·pp stages over pp ranks, DualPipe holds pp stages twice, down and up the
+    ranks (pipeline.dualpipe): two chunks, at least 2·pp micro-batches; DualPipe pairs rank r with
+    pp-1-r (pp even) and sends m/2 each way (m even)."""
+    name, held = args.schedule, {"dualpipev": "r and 2·pp-1-r", "dualpipe": "r and the mirrored copy of pp-1-r"}
     if args.chunks != 2:
-        raise ValueError(f"--schedule dualpipev holds two stages per pp rank (r and 2·pp-1-r): give --chunks 2, "
+        raise ValueError(f"--schedule {name} holds two stages per pp rank ({held[name]}): give --chunks 2, "
                          f"got --chunks {args.chunks}")
-    if args.microbatches < 2 * args.pp:
-        raise ValueError(f"--schedule dualpipev needs --microbatches ≥ 2·pp = {2 * args.pp}, got {args.microbatches}")
+    if name == "dualpipe" and args.pp % 2:
+        raise ValueError(f"--schedule dualpipe pairs pp rank r with pp-1-r: give an even --pp, got --pp {args.pp}")
+    if args.microbatches < 2 * args.pp or (name == "dualpipe" and args.microbatches % 2):
+        even = " even (m/2 each way)" if name == "dualpipe" else ""
+        raise ValueError(f"--schedule {name} needs{even} --microbatches ≥ 2·pp = {2 * args.pp}, got {args.microbatches}")
     if args.model == "bert":
-        raise ValueError("--schedule dualpipev with --model bert: the V puts both ends of the model on pp rank 0, "
+        raise ValueError(f"--schedule {name} with --model bert: it puts both ends of the model on pp rank 0, "
                          "where the tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
 
 

@@ -353,8 +353,11 @@ def test_a_config_field_added_since_the_checkpoint_was_saved_counts_as_its_defau
 
 
 @pytest.mark.parametrize("source, target", [({}, {"balance": [1, 3]}), ({"balance": [3, 1]}, {}),
-                                            ({}, {"schedule": "dualpipev", "chunks": 2, "microbatches": 4})],
-                         ids=["even-to-uneven", "uneven-to-even", "line-to-v"])
+                                            ({}, {"schedule": "dualpipev", "chunks": 2, "microbatches": 4}),
+                                            ({}, {"schedule": "dualpipe", "chunks": 2, "microbatches": 4}),
+                                            ({"schedule": "dualpipe", "chunks": 2, "microbatches": 4},
+                                             {"schedule": "dualpipe", "chunks": 2, "microbatches": 4, "balance": [3, 1]})],
+                         ids=["even-to-uneven", "uneven-to-even", "line-to-v", "line-to-two-ways", "two-ways-uneven"])
 def test_a_checkpoint_reshards_between_even_and_uneven_stages(tmp_path, source, target):
     uninterrupted = train_dense(STEPS)
     first = save_after(tmp_path, (1, 1, 2, False), STEPS // 2, **source)

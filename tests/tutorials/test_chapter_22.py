@@ -28,3 +28,15 @@ def test_interleaving_beats_dualpipev_from_four_chunks_and_the_v_stacks_the_ends
     assert idle[2] > dualpipev > idle[4]
     ranks = [int(n) for n in re.search(r"DualPipeV V: .* per rank \[([\d, ]+)\]", out).group(1).split(",")]
     assert ranks[0] == max(ranks) and ranks[-1] == min(ranks)
+
+
+@pytest.mark.parametrize("how", [{"threads": 2}, mpi(2)], ids=["threads2", "mpi2"])
+def test_dualpipe_idles_as_the_v_and_its_copies_sum_to_one_device(how):
+    out = run_script(CH22 + "two_directions.py", **how)
+    assert "dualpipe idle time per rank: 6 units (table 2's formula 6)" in out
+    assert "dualpipe peak stored graphs per rank: [9, 9, 9, 9, 9, 9, 9, 9]" in out
+    assert re.search(r"^rank 7 \| F10b F11b F12b", out, re.M)  # the up direction enters at the last rank
+    alone = [float(d) for d in re.findall(r"its gradient alone is off one device's by (\S+) ", out)]
+    assert len(alone) == 4 and min(alone) > 0.3  # each copy saw half the micro-batches
+    assert all(d <= 1e-12 for d in numbers_after("loss difference", out) + numbers_after("relative gradient difference", out))
+    assert "parameters per rank [409216, 409216]; one device 409,216" in out

@@ -148,11 +148,14 @@ TESTS.update({
     "21.2": [_FLASH_TILES, _FLASH_EQUAL],
 })
 
-# --- chapter 22: DualPipeV ---
+# --- chapter 22: DualPipe and DualPipeV ---
 DUALPIPE = "tests/parallel/pipeline/test_dualpipe.py"
+TWO_WAYS = "tests/parallel/pipeline/test_dualpipe_bidirectional.py"
 TESTS.update({
     "22.1": [f"{DUALPIPE}::test_dualpipev_order_for_4_ranks_and_10_micro_batches_equals_the_hand_derivation",
              f"{DUALPIPE}::test_dualpipev_is_deadlock_free_complete_and_holds_2p_plus_1_chunks"],
+    "22.2": [f"{TWO_WAYS}::test_check_passes_on_threads_composed_with_every_axis",
+             f"{TWO_WAYS}::test_both_copies_of_every_stage_stay_equal_after_optimizer_steps"],
 })
 
 # --- chapter 23: FP8 training ---

@@ -56,4 +56,6 @@ PICTURES = [
             draw_timelines_only),
     Picture("dualpipev_timelines", "22_dualpipe", simulated_timelines("22_dualpipe/v_timeline.py"),
             draw_timelines_only),
+    Picture("dualpipe_timelines", "22_dualpipe", simulated_timelines("22_dualpipe/two_directions.py"),
+            draw_timelines_only),
 ]

@@ -15,7 +15,7 @@ from parallel import HybridGPT, Mesh, run_threads
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mpi_scripts"))
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid, run_single, tiny_config  # noqa: E402
-from strategies import dualpipev_layouts, hybrid_layouts, seeds, zero_bubble_layouts, zero_layouts  # noqa: E402
+from strategies import dualpipe_layouts, dualpipev_layouts, hybrid_layouts, seeds, zero_bubble_layouts, zero_layouts  # noqa: E402
 
 STEPS = 3
 
@@ -47,6 +47,13 @@ def test_zero_bubble_schedules_in_3d_equal_one_device(drawn, seed):
 @settings(max_examples=5)  # up to 8 threads x 10 micro-batches x 3 steps
 @given(drawn=dualpipev_layouts(), seed=seeds)
 def test_dualpipev_in_3d_equals_one_device(drawn, seed):
+    check_layout(drawn["layout"], GPTConfig(**drawn["config"]), drawn["micro_batch"], drawn["seq"],
+                 drawn["accumulate"], seed)
+
+
+@settings(max_examples=5)  # up to 8 threads x 12 micro-batches x 3 steps
+@given(drawn=dualpipe_layouts(), seed=seeds)
+def test_bidirectional_dualpipe_in_3d_equals_one_device(drawn, seed):
     check_layout(drawn["layout"], GPTConfig(**drawn["config"]), drawn["micro_batch"], drawn["seq"],
                  drawn["accumulate"], seed)
 
