@@ -71,8 +71,9 @@ def build_parser():
                         "float8 peak, e.g. --device h100-80gb); auto = mixed if the device has 16-bit flops, else float32")
     parser.add_argument("--attention", choices=KERNELS, default="dense",
                         help="attention kernel: flash keeps no T×T probabilities (activation memory only)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
-                        help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
+    parser.add_argument("--schedule", choices=SCHEDULES + ("any",), default="1f1b",
+                        help="pipeline schedule: sets the bubble and the micro-batches in flight per stage "
+                        "(any: search them all; dualpipe and dualpipev need m ≥ 2·pp)")
     parser.add_argument("--compress", default="none", help="dp gradient compression, as parallel.train's "
                         "--compress (none, powersgd:R, topk:RATIO, sign)")
     parser.add_argument("--local-steps", type=int, default=1, metavar="H",

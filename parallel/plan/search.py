@@ -4,7 +4,8 @@ A layout is dp × tp × pp (× cp) = devices with: tp dividing n_head (hence d_m
 tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
 dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
 (2·cp chunks). For each: every micro-batch count m, recomputation on/off, sequence parallel
-on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1). A mixture of experts also
+on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1); with schedule "any" every schedule
+of layout.SCHEDULES (DualPipe(V) where plan.dual.dual_error lets them run). A mixture of experts also
 tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO-2/3,
 which HybridGPT does not compose with experts.
 
@@ -20,7 +21,8 @@ from itertools import product
 from math import isqrt
 
 from .cost import estimate
-from .layout import Layout
+from .dual import DUAL, dual_error
+from .layout import SCHEDULES, Layout
 from .model import has_experts
 from .profiles import load_profile
 
@@ -78,16 +80,16 @@ def expert_parallel_sizes(config, dp, cp):
 
 def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dense"):
     experts = has_experts(config)
-    for ep in expert_parallel_sizes(config, dp, cp):
+    for ep, name in product(expert_parallel_sizes(config, dp, cp), SCHEDULES if schedule == "any" else [schedule]):
         for m in divisors(batch // dp):
             for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
-                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention)
+                yield Layout(dp, tp, pp, m, recompute, sp, zero, name, cp, ep, attention)
 
 
-def search_steps(config, grid_list, batch):
-    """The steps costing every candidate of `grid_list` takes: pp² + n_layer per candidate."""
+def search_steps(config, grid_list, batch, schedules=1):
+    """The steps costing every candidate of `grid_list` under `schedules` schedules takes: pp² + n_layer per candidate."""
     experts = has_experts(config)
-    return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp))
+    return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp)) * schedules
                * len(flag_choices(tp, dp * cp, experts)) * (pp * pp + config.n_layer) for dp, tp, pp, cp in grid_list)
 
 
@@ -117,11 +119,14 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
     result = Plan([])
     grid_list = list(grids(config, devices, batch, profile["devices_per_node"], allow_inter_node_tp,
                            result.rejected, max_cp))
-    check_search_size(search_steps(config, grid_list, batch), searches)
+    check_search_size(search_steps(config, grid_list, batch, len(SCHEDULES) if schedule == "any" else 1), searches)
     for dp, tp, pp, cp in grid_list:
         for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention):
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
+                continue
+            if layout.schedule in DUAL and dual_error(layout.schedule, pp, layout.micro_batches, config.n_layer):
+                result.rejected["DualPipe(V) candidates with odd pp, m < 2·pp or too few blocks"] += 1
                 continue
             est = estimate(config, layout, batch, profile, dtype, compress=compress, local_steps=local_steps)
             if est.memory["total"] <= limit:
