@@ -4,6 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import parallel
+from parallel import run_threads
 from parallel.pipeline.checker import check_schedule
 from parallel.pipeline.registry import get_schedule
 from parallel.plan import GPTConfig, Layout, estimate, load_profile, param_bytes_per_rank, param_count, plan
@@ -13,6 +15,8 @@ from parallel.plan.cost import bubble_slots
 from parallel.plan.dual import dual_bubble_slots, dual_error, held_stages, in_flight_stages, table2_bubble
 from parallel.plan.memory import activation_bytes_per_rank, block_activation_bytes
 from parallel.plan.simulate import PartCosts, simulate_step
+from parallel.plan.validate import memory_errors
+from parallel.plan.validate_worker import run_layout
 
 CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=2, d_model=32)
 GPT3 = GPTConfig(vocab_size=51200, block_size=2048, n_layer=96, n_head=96, d_model=12288)
@@ -122,3 +126,14 @@ def test_the_command_line_plans_dual_schedules(capsys):
     assert "dualpipev" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--config", "medium", "--devices", "4", "--batch", "32", "--schedule", "dualpipes"])
+
+
+def test_a_measured_dualpipev_step_holds_the_bytes_the_planner_predicts_on_every_rank():
+    """The validation's worker trains the V (HybridGPT, two threads): rank 0's embedding and head included,
+    every rank's parameter, gradient and optimizer bytes equal param_bytes_per_rank's."""
+    config = GPTConfig(vocab_size=10, block_size=4, n_layer=4, n_head=2, d_model=8)
+    layout = (1, 1, 2, 0, False, "dualpipev")
+    times, memory = run_threads(2, lambda: run_layout(parallel.world(), config, layout, 4, 4, 1))[0]
+    rows = memory_errors(config, [{"layout": layout, "memory": memory}])
+    assert len(rows) == 2 * 3 and all(error == 0 for *_, error in rows)
+    assert memory[0]["params"] > memory[1]["params"]               # both ends on rank 0
