@@ -124,6 +124,7 @@ class Estimate:
     time: dict                   # seconds: compute, comm, bubble, total
     comm: dict                   # seconds per step: tp, pp, dp
     lines: list = field(default_factory=list)
+    balance: list = None         # blocks per stage when not the even split
 
     def reason(self):
         shares = {"bubble": self.time["bubble"], **{f"{k} comm": v for k, v in self.comm.items()}}
@@ -268,7 +269,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
                  f"{memory['grads']} B, optim {memory['optim']} B"
                  f"{f' (ZeRO-{layout.zero}: sharded over dp)' if layout.zero else ''}, activations "
                  f"{memory['activations']:.0f} B = {memory['total'] / 2**30:.4g} GiB")
-    return Estimate(layout, memory, stage, time, comm, lines)
+    return Estimate(layout, memory, stage, time, comm, lines, balance)
 
 
 def memory_lines(config, layout, b, stage, precision, balance):

@@ -95,6 +95,10 @@ def build_parser():
                         "(micro-batch: --batch sequences) and print it (parallel.plan.auto); the block runs "
                         f"here: at most {MAX_MEASURED_BYTES / 2**30:.3g} GiB of it")
     cluster_cli.add_flags(parser)
+    parser.add_argument("--try-splits", action="store_true",
+                        help="also try uneven splits of the blocks over the pipeline stages (balanced by flops with the "
+                        "head costed, and the first and last stage a block lighter; shown as split=..., a "
+                        "`parallel.train --balance`)")
     parser.add_argument("--simulate", action="store_true",
                         help="also predict the top rows by replaying their pipeline schedule with part costs "
                         "measured on this machine (parallel.plan.simulate): one block of each row's "

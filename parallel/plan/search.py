@@ -20,11 +20,12 @@ from functools import cache
 from itertools import product
 from math import isqrt
 
-from .cost import estimate
+from .cost import estimate, stage_flops
 from .dual import DUAL, dual_error
 from .layout import SCHEDULES, Layout
 from .model import has_experts
 from .profiles import load_profile
+from .stage_split import SPLITS, stage_split
 
 # Each candidate's estimate costs every pipeline stage, and each stage walks the pp-long balance
 # list and its own blocks: about pp² + n_layer steps of ≈ 0.4 µs on a laptop core.
@@ -104,14 +105,15 @@ def check_search_size(steps, searches=1):
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
          schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1,
-         attention="dense"):
+         attention="dense", splits=False):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
     `max_cp`: also try context parallelism up to this many ranks; `searches`: how many searches
     of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together);
     `attention`: the kernel every layout computes attention with (Layout.attention: flash keeps
-    no probabilities, so its activations hold no s² term; the time model is the same)."""
+    no probabilities, so its activations hold no s² term; the time model is the same); `splits`: also try
+    each pipeline's uneven splits of the blocks (`stage_splits`)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
@@ -119,7 +121,8 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
     result = Plan([])
     grid_list = list(grids(config, devices, batch, profile["devices_per_node"], allow_inter_node_tp,
                            result.rejected, max_cp))
-    check_search_size(search_steps(config, grid_list, batch, len(SCHEDULES) if schedule == "any" else 1), searches)
+    tries = (len(SCHEDULES) if schedule == "any" else 1) * (len(SPLITS) if splits else 1)
+    check_search_size(search_steps(config, grid_list, batch, tries), searches)
     for dp, tp, pp, cp in grid_list:
         for layout in candidate_layouts(config, dp, tp, pp, batch, schedule, cp, attention):
             if layout.zero and (compress != "none" or local_steps > 1):
@@ -128,16 +131,31 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
             if layout.schedule in DUAL and dual_error(layout.schedule, pp, layout.micro_batches, config.n_layer):
                 result.rejected["DualPipe(V) candidates with odd pp, m < 2·pp or too few blocks"] += 1
                 continue
-            est = estimate(config, layout, batch, profile, dtype, compress=compress, local_steps=local_steps)
-            if est.memory["total"] <= limit:
-                result.ranked.append(est)
-                continue
-            result.rejected[f"candidates out of memory (> {limit / 2**30:.3g} GiB)"] += 1
-            if result.smallest_rejected is None or \
-                    est.memory["total"] < result.smallest_rejected.memory["total"]:
-                result.smallest_rejected = est
+            for balance in stage_splits(config, layout, batch) if splits else [None]:
+                est = estimate(config, layout, batch, profile, dtype, balance, compress, local_steps)
+                if est.memory["total"] <= limit:
+                    result.ranked.append(est)
+                    continue
+                result.rejected[f"candidates out of memory (> {limit / 2**30:.3g} GiB)"] += 1
+                if result.smallest_rejected is None or \
+                        est.memory["total"] < result.smallest_rejected.memory["total"]:
+                    result.smallest_rejected = est
     result.ranked.sort(key=rank_key)
     return result
+
+
+def stage_splits(config, layout, batch):
+    """None (the even split) and each different split of stage_split.SPLITS for a one-stage-per-rank
+    pipeline: balanced by the closed form's flops (a block's, the head's; the embedding costs none), and
+    the ends one block lighter. DualPipe(V) keep the even split (their ranks hold two stages)."""
+    if layout.pp == 1 or layout.schedule in DUAL:
+        return [None]
+    tokens = batch // (layout.dp * layout.micro_batches) * config.block_size // layout.cp
+    block = stage_flops(config, 1, tokens, layout.tp, layout.recompute, False)
+    head = stage_flops(config, 0, tokens, layout.tp, layout.recompute, True)
+    cuts = {tuple(stage_split(config.n_layer, layout.pp, split, block, 0.0, head)) for split in SPLITS}
+    even = tuple(stage_split(config.n_layer, layout.pp, "even", block, 0.0, head))
+    return [None] + sorted(list(cut) for cut in cuts - {even})
 
 
 def rank_key(est):
