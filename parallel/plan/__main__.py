@@ -72,13 +72,20 @@ def format_table(estimates):
     for index, est in enumerate(estimates, 1):
         mem, time = est.memory, est.time
         rows.append((str(index), est.layout.name(), str(est.layout.micro_batches),
-                     est.layout.flags(), gib(mem["params"]), gib(mem["grads"]),
+                     flags_and_split(est),
+                     gib(mem["params"]), gib(mem["grads"]),
                      gib(mem["optim"]), gib(mem["activations"]), gib(mem["total"]),
                      f"{time['compute']:.3g}", f"{time['comm']:.3g}", f"{time['bubble']:.3g}",
                      f"{time['total']:.4g}", est.reason()))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
                      for row in rows)
+
+
+def flags_and_split(est):
+    """The layout's flags, and the blocks per stage when not the even split (--try-splits)."""
+    split = [f"split={'-'.join(map(str, est.balance))}"] if est.balance else []
+    return ",".join([flag for flag in est.layout.flags().split(",") if flag != "-"] + split) or "-"
 
 
 def main(argv=None):
@@ -117,7 +124,7 @@ def main(argv=None):
             return print_longest_sequences(config, args, batch, profile, dtype)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
                       args.schedule, args.allow_inter_node_tp, args.max_cp, args.compress, args.local_steps,
-                      attention=args.attention, max_ranks=args.max_ranks_per_token)
+                      attention=args.attention, max_ranks=args.max_ranks_per_token, splits=args.try_splits)
     except ValueError as error:
         parser.error(str(error))
     if args.simulate:
@@ -191,7 +198,7 @@ def print_simulated(config, estimates, batch, profile, dtype):
         b = micro_batch_size(batch, layout)
         if (b, layout.tp) not in parts:
             parts[(b, layout.tp)] = measure_parts(config, b, layout.tp, dtype=dtype)
-        simulated = simulate_step(config, layout, batch, parts[(b, layout.tp)], profile, dtype=dtype).total
+        simulated = simulate_step(config, layout, batch, parts[(b, layout.tp)], profile, est.balance, dtype).total
         print(f"{index:<3}{layout.name():<16}{layout.micro_batches:>3}{est.time['total']:>11.4g}{simulated:>13.4g}")
 
 

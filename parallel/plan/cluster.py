@@ -34,14 +34,21 @@ members per node moves at min(NVLink, k NICs); with torch DDP partly hidden, see
 first/last stage all-reduce of the tied embedding's gradient, and the optimizer (Adam on fp32
 masters, memory-bound).
 TFLOP/s per GPU counts the paper's model flops (its eq. 3): 96·B·s·l·h²·(1 + s/6h + V/16lh).
+DualPipe and DualPipeV (schedule, v = 1; plan.dual): a rank's time sums its two stages' by their shares,
+the bubble is DeepSeek-V3's table 2 with F : B : W = 1 : 3 : 0 under full recomputation (W runs inside
+B) and 1 : 2 : 1 under selective; DualPipe's mirrored copies all-reduce their gradients in pairs.
 """
 from dataclasses import dataclass
 from math import ceil
 
 from ..alpha_beta import all_gather, ring_all_reduce
+from .cluster_memory import DTYPE, activation_bytes
+from .dual import DUAL, dual_bubble_slots, dual_error, held_stages, per_rank, stage_count
 from .layout import Layout, get_precision
-from .memory import block_activation_bytes, peak_memory
+from .memory import peak_memory
 from .stage_split import stage_seconds, stage_split
+
+SCHEDULES = ("1f1b",) + DUAL        # 1f1b: interleaved when v > 1
 
 # Bytes moved by Megatron-LM's memory-bound kernels, counted from its code (fp16 activations), as
 # (forward, backward) per pass; a recomputed kernel runs its forward twice:
@@ -61,7 +68,6 @@ DDP = ("local", "torch")            # Megatron-LM's --DDP-impl
 BACKWARD_SHARE = 3 / 4              # of a block's time with full recomputation: forward F, recompute F,
                                     # backward 2F (dgrad + wgrad), the count behind the paper's eq. 3 (sec. 5.1);
                                     # by flops, so it ignores that the forward's share of memory-bound time differs
-DTYPE = "mixed"                     # --fp16: 2-byte weights, grads (reduced in fp16), fp32 master + Adam: 16 B/param
 
 
 def figures(profile):
@@ -183,6 +189,7 @@ class Step:
     sequence_parallel: bool = False
     ddp: str = "local"
     split: list = None                # blocks per pipeline stage
+    schedule: str = "1f1b"
 
     @property
     def fits(self):
@@ -191,7 +198,7 @@ class Step:
     def as_json(self):
         return {"layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch": self.micro_batch,
                            "micro_batches": None, "v": self.chunks, "recompute": self.recompute,
-                           "split": self.split},
+                           "split": self.split, "schedule": self.schedule},
                 "sequence_parallel": self.sequence_parallel, "ddp": self.ddp,
                 "step_seconds": self.seconds["step"], "tflops_per_device": self.tflops,
                 "memory_bytes_per_device": self.memory["total"], "memory_limit_bytes": self.limit,
@@ -199,8 +206,9 @@ class Step:
 
 
 def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recompute="full", sequence_parallel=False,
-                 ddp="local"):
-    """Why (tp, pp, dp, b, v, recompute, sequence parallelism, DDP) cannot run, or None."""
+                 ddp="local", schedule="1f1b"):
+    """Why (tp, pp, dp, b, v, recompute, sequence parallelism, DDP, schedule) cannot run, or None."""
+    dual = dual_error(schedule, pp, batch // (dp * b), config.n_layer) if schedule in DUAL and not batch % (dp * b) else None
     checks = [(tp * pp * dp == devices, f"tp·pp·dp = {tp * pp * dp} is not --devices {devices}"),
               (config.n_head % tp == 0, f"tp={tp} does not divide n_head={config.n_head}"),
               (tp <= gpus_per_node, f"tp={tp} spans nodes of {gpus_per_node} GPUs"),
@@ -215,7 +223,10 @@ def layout_error(config, devices, batch, tp, pp, dp, b, v, gpus_per_node, recomp
               (ddp in DDP, f"ddp={ddp!r} is not one of {DDP}"),
               # Megatron-LM 2021 (megatron/training.py) asserts --DDP-impl local with pipelining or chunks
               (ddp == "local" or (pp == 1 and recompute == "full"),
-               "torch DDP needs pp = 1 (Megatron-LM 2021) and is modelled with full recomputation only")]
+               "torch DDP needs pp = 1 (Megatron-LM 2021) and is modelled with full recomputation only"),
+              (schedule in SCHEDULES and (schedule == "1f1b" or v == 1), f"schedule={schedule!r}: one of {SCHEDULES}, "
+               "DualPipe(V) with v = 1 (they hold two stages per rank their own way)"),
+              (dual is None, dual)]
     return next((why for ok, why in checks if not ok), None)
 
 
@@ -232,12 +243,12 @@ def ddp_seconds(ddp, all_reduce, tail, last_backward):
 
 
 def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_parallel=False, ddp="local",
-         split="even"):
+         split="even", schedule="1f1b"):
     """The Step of one layout (ValueError if it cannot run); see the module docstring. split: how
-    the blocks are cut into the pp stages when v = 1 (stage_split.SPLITS)."""
+    the blocks are cut into the stages when v = 1 (stage_split.SPLITS; 2·pp stages in the V)."""
     gpu = figures(profile)
     why = layout_error(config, tp * pp * dp, batch, tp, pp, dp, b, v, gpu["gpus_per_node"], recompute,
-                       sequence_parallel, ddp)
+                       sequence_parallel, ddp, schedule)
     if why:
         raise ValueError(why)
     m, s, h = batch // (dp * b), config.block_size, config.d_model
@@ -245,14 +256,15 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     per_block = sum(block.values())
     p2p = 2 * v * p2p_seconds(gpu, tp, dp, pp, 2 * b * s * h) if pp > 1 else 0.0
     head, embed = head_seconds(config, gpu, tp, b), embed_seconds(config, gpu, tp, b)
-    blocks = (stage_split(config.n_layer, pp, split, per_block, embed, head) if v == 1
+    blocks = (stage_split(config.n_layer, stage_count(schedule, pp), split, per_block, embed, head) if v == 1
               else [config.n_layer // pp] * pp)
-    times = stage_seconds(blocks, per_block, embed, head, p2p)
+    times = per_rank(schedule, pp, stage_seconds(blocks, per_block, embed, head, p2p))
     slowest = max(range(pp), key=times.__getitem__)
-    stage, layers = times[slowest], blocks[slowest]
-    ends = (embed if slowest == 0 else 0.0) + (head if slowest == pp - 1 else 0.0)
+    stage, layers = times[slowest], per_rank(schedule, pp, blocks)[slowest]
+    ends = per_rank(schedule, pp, stage_seconds(blocks, 0.0, embed, head, 0.0))[slowest]
     precision = get_precision(DTYPE)
-    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, recompute=True, sequence_parallel=sequence_parallel)
+    layout = Layout(dp=dp, tp=tp, pp=pp, micro_batches=m, recompute=True, sequence_parallel=sequence_parallel,
+                    schedule=schedule)
     _, memory = peak_memory(config, layout, batch, DTYPE, blocks)
     params = memory["params"] / precision.param_bytes
     embedding_grad = -(-config.vocab_size // tp) * h * precision.dp_grad_bytes  # the tied word embedding's
@@ -262,13 +274,18 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
         dp_time = ddp_seconds(ddp, ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta),
                               ring_all_reduce(dp, embedding_grad, alpha, beta), BACKWARD_SHARE * layers * per_block)
     embedding = ring_all_reduce(2, embedding_grad, *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0
+    if schedule in DUAL:  # the V holds both ends on rank 0; DualPipe sums each stage's two copies' gradients
+        embedding = ring_all_reduce(2, params / 2 * precision.dp_grad_bytes, *group_link(gpu, tp * dp, 2)) \
+            if schedule == "dualpipe" else 0.0
     seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + ends),
                "gemm": m * layers * block["gemm"], "memory_bound": m * layers * block["memory"],
-               "tp": m * layers * block["tp"], "pp": m * p2p, "bubble": (pp - 1) / v * stage,
+               "tp": m * layers * block["tp"], "pp": m * p2p * sum(share for _, share in held_stages(schedule, pp, slowest)),
+               "bubble": (dual_bubble_slots(schedule, pp, recompute == "full") if schedule in DUAL else (pp - 1) / v) * stage,
                "dp": dp_time, "embedding_sync": embedding,
                "optimizer": memory_seconds(gpu, OPTIMIZER_BYTES * params)}
     seconds["step"] = m * stage + seconds["bubble"] + dp_time + embedding + seconds["optimizer"]
-    memory = {**memory, "activations": activation_bytes(config, b, tp, pp, v, m, recompute, sequence_parallel, blocks)}
+    memory = {**memory, "activations": activation_bytes(config, b, tp, pp, v, m, recompute, sequence_parallel, blocks,
+                                                        schedule)}
     memory["logits"] = 6 * b * s * (-(-config.vocab_size // tp))  # fp16 logits + their fp32 copy, last stage
     # the optimizer step copies every gradient to fp32 (main_param.grad = main_grad.float()) once the
     # activations are gone: the peak is the larger of the two
@@ -279,20 +296,4 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
     memory["total"] = states + max(memory["activations"] + memory["logits"], memory["fp32_grads_at_step"])
     tflops = model_flops(config, batch) / (seconds["step"] * tp * pp * dp) / 1e12
     return Step(tp, pp, dp, b, v, seconds, memory, profile["memory_gib"] * 2**30, tflops, recompute,
-                sequence_parallel, ddp, blocks)
-
-
-def activation_bytes(config, b, tp, pp, v, m, recompute="full", sequence_parallel=False, blocks=None):
-    """The largest stage's activations (Korthikanti et al. 2022's per-block bytes, memory.py): 1F1B's
-    stage r keeps min(m, p − r) micro-batches of its blocks (blocks[r]; default n_layer/p); interleaving min(m·v, 2(p−1) + (v−1)p + 1) chunk-micro-batches of
-    n_layer/(p·v) (Megatron's warm-up). Full recomputation keeps each block's input and holds one block's
-    whole activations while it reruns; selective keeps all but the 5·a·s²·b attention-score bytes, and
-    holds one block's scores while it reruns its core attention."""
-    s, full = config.block_size, recompute == "full"
-    scores = 5 * config.n_head * s * s * b / tp
-    kept = block_activation_bytes(config, b, tp, sequence_parallel, full, DTYPE) - (0 if full else scores)
-    blocks = blocks or [config.n_layer // pp] * pp
-    held = (max(count * min(m, pp - stage) for stage, count in enumerate(blocks)) if v == 1
-            else config.n_layer // (pp * v) * min(m * v, 2 * (pp - 1) + (v - 1) * pp + 1))
-    working = block_activation_bytes(config, b, tp, sequence_parallel, False, DTYPE) if full else scores
-    return kept * held + working
+                sequence_parallel, ddp, blocks, schedule)

@@ -5,8 +5,9 @@ hides the dp all-reduce behind the backward (cluster.ddp_seconds); its own DDP (
 search tries both where both can run, as a user choosing the flag would.
 """
 from collections import Counter
+from itertools import product
 
-from .cluster import DDP, figures, layout_error, step
+from .cluster import DDP, SCHEDULES, figures, layout_error, step
 from .search import check_search_size
 from .stage_split import SPLITS
 
@@ -24,10 +25,11 @@ def grids(config, gpu, devices, tp=None, pp=None, dp=None):
 
 
 def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=None, v=None, max_micro_batch=16,
-               recompute="full", sequence_parallel=False, ddp=None, split=None):
+               recompute="full", sequence_parallel=False, ddp=None, split=None, schedule="1f1b"):
     """Every runnable layout matching the given parts (None: search it), fastest first, fitting ones
     before the rest; with none given, the search over t ≤ GPUs per node, every p, b ≤ max_micro_batch, v,
-    DDP and (v = 1) the split of the blocks into stages, even or balanced (stage_split.py)."""
+    DDP and (v = 1) the split of the blocks into stages, even or balanced (stage_split.py). schedule: 1f1b
+    (Megatron-LM's, interleaved for v > 1), dualpipe or dualpipev (v = 1), or None: all three."""
     gpu = figures(profile)
     candidates = []
     for t, p, d in grids(config, gpu, devices, tp, pp, dp):
@@ -38,17 +40,20 @@ def best_steps(config, profile, devices, batch, tp=None, pp=None, dp=None, b=Non
 
     def cuts(chunk):  # the splits of the blocks tried: the one given, else both where v = 1
         return [split] if split else SPLITS if chunk == 1 else ["even"]
-    check_search_size(sum(len(m) * sum(len(cuts(c)) for c in cs) for *_, m, cs in candidates) * len(kinds)
-                      * STEPS_PER_LAYOUT)
+
+    def schedules(chunk):  # DualPipe(V) hold their two stages per rank their own way: v = 1
+        return [schedule] if schedule else SCHEDULES if chunk == 1 else ["1f1b"]
+    check_search_size(sum(len(m) * sum(len(cuts(c)) * len(schedules(c)) for c in cs) for *_, m, cs in candidates)
+                      * len(kinds) * STEPS_PER_LAYOUT)
     found = []
     for t, p, d, micros, chunks in candidates:
         for micro in micros:
             for chunk in chunks:
-                for kind in kinds:
+                for kind, name in product(kinds, schedules(chunk)):
                     mode = (recompute, sequence_parallel, kind)
                     if layout_error(config, devices, batch, t, p, d, micro, chunk, gpu["gpus_per_node"],
-                                    *mode) is None:
-                        found += distinct_splits(step(config, profile, batch, t, p, d, micro, chunk, *mode, cut)
+                                    *mode, name) is None:
+                        found += distinct_splits(step(config, profile, batch, t, p, d, micro, chunk, *mode, cut, name)
                                                  for cut in cuts(chunk))
     return sorted(found, key=lambda st: (not st.fits, st.seconds["step"]))
 

@@ -36,7 +36,8 @@ micro-batch over ep ranks, the counts and two row all-to-alls forward and two ba
 are all-reduced over edp = dp/ep ranks beside the dense ones over dp.
 The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
 t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
-a fraction (p−1)/(m+p−1) of the pipelined time. The zero-bubble schedules (zb-h1, zb-h2)
+a fraction (p−1)/(m+p−1) of the pipelined time. DualPipe(V) (plan.dual): a rank's t_stage sums its two
+stages' times by their shares of m; the bubble is DeepSeek-V3's table 2. The zero-bubble schedules (zb-h1, zb-h2)
 split each backward into B and W, one pass each like the forward (F = B = W = t_stage/3),
 and fill all but (p − 1 + max(0, p − m))·t_stage/3 of it with W's: a third of 1F1B's once
 m ≥ p (pipeline.zero_bubble). With recomputation the W's run inside B (the recomputed
@@ -49,16 +50,10 @@ from ..alpha_beta import all_gather, ring_all_reduce, send_recv
 from ..context_parallel.layout import ring_elements
 from .compress import dp_time as dp_communication
 from .compress import stage_matrices
+from .dual import DUAL, dual_bubble_slots, dual_error, held_stages, per_rank, stage_count
 from .layout import get_precision
-from .memory import block_activation_bytes, in_flight_micro_batches, micro_batch_size, peak_memory
-from .model import (
-    expert_params_on_stage,
-    has_experts,
-    moe_blocks,
-    param_count,
-    stage_blocks,
-    stage_layers,
-)
+from .memory import block_activation_bytes, micro_batch_size, peak_memory, rank_in_flight, rank_units
+from .model import has_experts, moe_blocks, stage_blocks, stage_layers
 from .moe import moe_layer_seconds
 from .profiles import load_profile, peak_flops
 
@@ -116,6 +111,8 @@ def ring_time(config, layout, b, rate, alpha, beta, bytes_per_element):
 
 def bubble_slots(schedule, p, m, recompute=False):
     """The bubble of one step in units of t_stage (see the module docstring)."""
+    if schedule in DUAL:
+        return dual_bubble_slots(schedule, p, recompute)
     if schedule in ("zb-h1", "zb-h2") and not recompute:
         return (p - 1 + max(0, p - m)) / 3
     return p - 1
@@ -129,6 +126,7 @@ class Estimate:
     time: dict                   # seconds: compute, comm, bubble, total
     comm: dict                   # seconds per step: tp, pp, dp
     lines: list = field(default_factory=list)
+    balance: list = None         # blocks per stage when not the even split
 
     def reason(self):
         shares = {"bubble": self.time["bubble"], **{f"{k} comm": v for k, v in self.comm.items()}}
@@ -166,12 +164,10 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
     parallelism the experts' over their own replicas, edp."""
     p, m, replicas = layout.pp, layout.micro_batches, layout.dp * layout.cp
     dp_kind, dp_alpha, dp_beta = link(profile, layout.tp, replicas)
-    counts = [param_count(config, layout.tp, p, i, balance, layout.ep) for i in range(p)]
-    stage = max(range(p), key=counts.__getitem__)  # the first of the largest stages
-    count = counts[stage]
-    # reduced over edp = (dp/ep)·cp instead
-    experts = expert_params_on_stage(config, p, stage, balance, layout.ep) if layout.ep > 1 else 0
-    count -= experts
+    units = [rank_units(config, layout.tp, p, i, balance, layout.ep, layout.schedule) for i in range(p)]
+    stage = max(range(p), key=lambda i: sum(map(sum, units[i])))  # the first of the largest stages
+    stages, held = stage_count(layout.schedule, p), held_stages(layout.schedule, p, stage)
+    count, experts = (sum(column) for column in zip(*units[stage]))  # experts: reduced over edp = (dp/ep)·cp
     # ZeRO-2/3 all-gather the compute copies (16-bit under a mixed policy), ZeRO-1 the masters
     gather_bytes = precision.param_bytes if layout.zero >= 2 else precision.dp_grad_bytes
     grad_bytes = count * precision.dp_grad_bytes  # under a mixed policy the float32 master gradients
@@ -179,7 +175,7 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
         dp_time, dp_how = sharded_seconds(layout.zero, replicas, grad_bytes, count * gather_bytes, m, dp_alpha, dp_beta)
     else:
         dp_time, dp_how = dp_communication(
-            count, stage_matrices(config, layout.tp, p, stage, balance),
+            count, [shape for s, _ in held for shape in stage_matrices(config, layout.tp, stages, s, balance)],
             replicas, precision.grad_bytes, compress, local_steps, dp_alpha, dp_beta, ring_all_reduce, all_gather)
     line = f"dp: {dp_how} of {grad_bytes} B over {replicas} ranks ({dp_kind}) = {dp_time:.4g} s"
     expert_time = 0.0
@@ -204,10 +200,12 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     check_experts_layout(config, layout)
     b = micro_batch_size(batch, layout)
     s, h, m, p, cp = config.block_size, config.d_model, layout.micro_batches, layout.pp, layout.cp
-    tokens = b * s // cp
+    if layout.schedule in DUAL and dual_error(layout.schedule, p, m, config.n_layer):
+        raise ValueError(dual_error(layout.schedule, p, m, config.n_layer))
+    tokens, stages = b * s // cp, stage_count(layout.schedule, p)
     flops_key, peak = peak_flops(profile, precision)
     rate = peak * profile["efficiency"]
-    layers = stage_layers(config.n_layer, p, balance)
+    layers = stage_layers(config.n_layer, stages, balance)
     lines = [f"layout {layout.name()} m={m} flags={layout.flags()} dtype={dtype} "
              f"device={profile['name']}",
              f"micro-batch b = batch / (dp·m) = {batch} / ({layout.dp}·{m}) = {b}; "
@@ -228,22 +226,25 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     lines += ep_lines
     lines.append(f"rate = peak[{flops_key}] {peak:.3g} × efficiency {profile['efficiency']} "
                  f"= {rate:.3g} flop/s")
-    lines.append(f"activation message b·s·h·{precision.activation_bytes} B = {activation} B; "
-                 f"tp link {tp_kind}, pp link {pp_kind}")
+    lines.append(f"activation message b·s·h·{precision.activation_bytes} B = {activation} B; tp link {tp_kind}, pp link {pp_kind}")
 
     stage_times = []
     for stage, count in enumerate(layers):
-        blocks = stage_blocks(config, p, stage, balance)
-        flops = stage_flops(config, count, tokens, layout.tp, layout.recompute, stage == p - 1, blocks.start)
+        blocks = stage_blocks(config, stages, stage, balance)
+        flops = stage_flops(config, count, tokens, layout.tp, layout.recompute, stage == stages - 1, blocks.start)
         compute = flops / rate - fp8_seconds(profile, precision, config, count, tokens, layout.tp, layout.recompute, rate)
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
         ep_mb = moe_blocks(config, blocks) * ep_layer
-        stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb))
+        stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb, pp_mb))
         lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
                      f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "
                      f"= {tp_mb:.4g} s; pp 2 × p2p = {pp_mb:.4g} s")
-    slowest = max(range(p), key=lambda i: stage_times[i][0])
-    t_stage, compute_mb, tp_mb, cp_mb, ep_mb = stage_times[slowest]
+    rank_times = list(zip(*(per_rank(layout.schedule, p, column) for column in zip(*stage_times))))  # plan.dual
+    slowest = max(range(p), key=lambda i: rank_times[i][0])
+    t_stage, compute_mb, tp_mb, cp_mb, ep_mb, pp_mb = rank_times[slowest]
+    if layout.schedule in DUAL:
+        lines.append(f"{layout.schedule}: (stage, share of m) per rank {[held_stages(layout.schedule, p, r) for r in range(p)]}"
+                     f", per micro-batch {', '.join(f'{t[0]:.4g}' for t in rank_times)} s")
 
     dp_time, dp_line = dp_seconds(config, layout, profile, precision, balance, compress, local_steps)
     lines.append(dp_line)
@@ -267,16 +268,15 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
                  f"{memory['grads']} B, optim {memory['optim']} B"
                  f"{f' (ZeRO-{layout.zero}: sharded over dp)' if layout.zero else ''}, activations "
                  f"{memory['activations']:.0f} B = {memory['total'] / 2**30:.4g} GiB")
-    return Estimate(layout, memory, stage, time, comm, lines)
+    return Estimate(layout, memory, stage, time, comm, lines, balance)
 
 
 def memory_lines(config, layout, b, stage, precision, balance):
     """How the peak stage's memory figures come about, for --explain."""
-    count = param_count(config, layout.tp, layout.pp, stage, balance, layout.ep)
-    layers = stage_layers(config.n_layer, layout.pp, balance)[stage]
+    count = sum(map(sum, rank_units(config, layout.tp, layout.pp, stage, balance, layout.ep, layout.schedule)))
+    layers, in_flight = rank_in_flight(config, layout, stage, balance)
     kept = block_activation_bytes(config, b, layout.tp, layout.sequence_parallel,
                                   layout.recompute, precision.name, layout.cp, layout.attention)
-    in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     s, h, a, t = config.block_size // layout.cp, config.d_model, config.n_head, layout.tp
     if layout.recompute:
         formula = f"2·s·b·h{'/t' if layout.sequence_parallel else ''} (block input only)"

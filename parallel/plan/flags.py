@@ -77,8 +77,9 @@ def build_parser():
                         "float8 peak, e.g. --device h100-80gb); auto = mixed if the device has 16-bit flops, else float32")
     parser.add_argument("--attention", choices=KERNELS, default="dense",
                         help="attention kernel: flash keeps no T×T probabilities (activation memory only)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
-                        help="pipeline schedule: sets the bubble and the micro-batches in flight per stage")
+    parser.add_argument("--schedule", choices=SCHEDULES + ("any",), default="1f1b",
+                        help="pipeline schedule: sets the bubble and the micro-batches in flight per stage "
+                        "(any: search them all; dualpipe and dualpipev need m ≥ 2·pp)")
     parser.add_argument("--compress", default="none", help="dp gradient compression, as parallel.train's "
                         "--compress (none, powersgd:R, topk:RATIO, sign)")
     parser.add_argument("--local-steps", type=int, default=1, metavar="H",
@@ -100,6 +101,10 @@ def build_parser():
                         "(micro-batch: --batch sequences) and print it (parallel.plan.auto); the block runs "
                         f"here: at most {MAX_MEASURED_BYTES / 2**30:.3g} GiB of it")
     cluster_cli.add_flags(parser)
+    parser.add_argument("--try-splits", action="store_true",
+                        help="also try uneven splits of the blocks over the pipeline stages (balanced by flops with the "
+                        "head costed, and the first and last stage a block lighter; shown as split=..., a "
+                        "`parallel.train --balance`)")
     parser.add_argument("--simulate", action="store_true",
                         help="also predict the top rows by replaying their pipeline schedule with part costs "
                         "measured on this machine (parallel.plan.simulate): one block of each row's "

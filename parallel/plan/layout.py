@@ -12,11 +12,11 @@ from minitensor.nn.attention_kernels import KERNELS
 
 from ..mesh import coords_of
 from ..pipeline.registry import SCHEDULES as PIPELINE_SCHEDULES
+from .dual import DUAL
 
-# The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks) and
-# "dualpipev" (its V puts the embedding and the head both on pp rank 0, which the per-rank
-# parameter count does not model yet).
-SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s not in ("interleaved", "dualpipev"))
+# The schedules the cost model knows: all but "interleaved" (a Layout has no model chunks; plan.cluster
+# costs it), and bidirectional DualPipe, costed by its table-2 formulas (plan.dual).
+SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s != "interleaved") + tuple(s for s in DUAL if s not in PIPELINE_SCHEDULES)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ Flash attention (Layout.attention = "flash", minitensor/nn/flash_attention.py) k
 probabilities at any cp: the 5·a·s/h term becomes the ring's 8 (q, k, v, output). Its L, a·s·b
 numbers per block, is a/h of one s·b·h activation and left out, as the ring's is.
 """
+from .dual import DUAL, held_stages, in_flight_stages, stage_count
 from .layout import get_precision
-from .model import routing_bias_bytes, stage_blocks, unit_param_counts, unit_replica_counts
+from .model import routing_bias_bytes, stage_blocks, unit_replica_counts
 
 
 def _coords(rank_coords):
@@ -36,8 +37,15 @@ def _coords(rank_coords):
     return dp_rank, tp_rank, pp_rank
 
 
+def rank_units(config, tp, pp, rank, balance=None, ep=1, schedule="1f1b"):
+    """unit_replica_counts of every stage pipeline rank `rank` holds under `schedule` (plan.dual: DualPipe's
+    two copies, the V's two stages of 2·pp; `balance` then lists the blocks of each of those stages)."""
+    return [unit for stage, _ in held_stages(schedule, pp, rank)
+            for unit in unit_replica_counts(config, tp, stage_count(schedule, pp), stage, balance, ep)]
+
+
 def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float32",
-                         zero=0, balance=None, cp=1, ep=1):
+                         zero=0, balance=None, cp=1, ep=1, schedule="1f1b"):
     """{"params", "grads", "optim"} bytes on the rank at (dp_rank, tp_rank, pp_rank).
 
     `rank_coords` is a (dp_rank, tp_rank, pp_rank) tuple (e.g. `Mesh.coords`, or
@@ -65,6 +73,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     under ep > 1 ZeRO cuts them over their own replicas, the (dp/ep)·cp ranks of the edp group
     (ZeRO-1: one flat vector of them; ZeRO-2/3: a chunk per unit beside the unit's dense one),
     and its routing bias, E float32 per MoE block (loss-free balancing), counts as optimizer state.
+    Under DualPipe a rank holds two stages' copies (2× parameters), under DualPipeV two stages of 2·pp
+    (rank 0 the embedding and the head): `schedule` (rank_units).
     """
     dp_rank, tp_rank, pp_rank = _coords(rank_coords)
     for name, index, size in (("dp", dp_rank, dp), ("tp", tp_rank, tp), ("pp", pp_rank, pp)):
@@ -73,7 +83,7 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     precision = get_precision(dtype)
     replicas = dp * cp
     edp = dp // ep * cp  # the ranks holding an expert's replicas
-    units = unit_replica_counts(config, tp, pp, pp_rank, balance, ep)
+    units = rank_units(config, tp, pp, pp_rank, balance, ep, schedule)
     count = sum(dense + experts for dense, experts in units)
     sharded = sum(-(-dense // replicas) + -(-experts // edp) for dense, experts in units)
     experts = sum(experts for _, experts in units)
@@ -81,7 +91,8 @@ def param_bytes_per_rank(config, dp, tp, pp, rank_coords=(0, 0, 0), dtype="float
     return {"params": (sharded if zero == 3 else count) * precision.param_bytes,
             "grads": sharded * precision.dp_grad_bytes if zero >= 2 else count * precision.grad_bytes,
             "optim": optim_count * precision.optim_bytes + (sharded if zero >= 2 else count) * precision.master_bytes
-            + routing_bias_bytes(config, pp, pp_rank, balance)}
+            + sum(routing_bias_bytes(config, stage_count(schedule, pp), stage, balance)
+                  for stage, _ in held_stages(schedule, pp, pp_rank))}
 
 
 def block_activation_bytes(config, micro_batch_size, tp=1, sequence_parallel=False,
@@ -118,11 +129,11 @@ def in_flight_micro_batches(schedule, micro_batches, pp, stage):
 
 def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="float32",
                               balance=None):
-    """Peak activation bytes of a rank at pipeline `stage`."""
-    layers = len(stage_blocks(config, layout.pp, stage, balance))
+    """Peak activation bytes of a rank at pipeline `stage` (under DualPipe(V) the larger of its two
+    stages' blocks times the stage-micro-batches it holds, plan.dual)."""
+    layers, in_flight = rank_in_flight(config, layout, stage, balance)
     kept = block_activation_bytes(config, micro_batch_size, layout.tp, layout.sequence_parallel,
                                   layout.recompute, dtype, layout.cp, layout.attention)
-    in_flight = in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, stage)
     total = layers * kept * in_flight
     if layout.recompute:
         total += block_activation_bytes(config, micro_batch_size, layout.tp,
@@ -130,20 +141,30 @@ def activation_bytes_per_rank(config, layout, micro_batch_size, stage, dtype="fl
     return total
 
 
+def rank_in_flight(config, layout, rank, balance=None):
+    """(blocks per stage, stage-micro-batches in flight) of pipeline rank `rank` at its peak."""
+    if layout.schedule not in DUAL:
+        return (len(stage_blocks(config, layout.pp, rank, balance)),
+                in_flight_micro_batches(layout.schedule, layout.micro_batches, layout.pp, rank))
+    stages = stage_count(layout.schedule, layout.pp)
+    layers = max(len(stage_blocks(config, stages, s, balance)) for s, _ in held_stages(layout.schedule, layout.pp, rank))
+    return layers, in_flight_stages(layout.schedule, layout.micro_batches, layout.pp, rank)
+
+
 def gathered_unit_bytes(config, layout, stage, dtype="float32", balance=None, prefetch=1):
     """ZeRO-3's transient parameters: the unit computing plus `prefetch` gathered ahead, at
     most (1 + prefetch) of the stage's largest unit (0 for the other stages)."""
     if layout.zero != 3:
         return 0
-    units = unit_param_counts(config, layout.tp, layout.pp, stage, balance)
-    return (1 + prefetch) * max(units) * get_precision(dtype).param_bytes
+    units = rank_units(config, layout.tp, layout.pp, stage, balance, 1, layout.schedule)
+    return (1 + prefetch) * max(dense for dense, _ in units) * get_precision(dtype).param_bytes
 
 
 def memory_per_rank(config, layout, batch, rank_coords=(0, 0, 0), dtype="float32", balance=None):
     """{"params", "grads", "optim", "gathered", "activations", "total"} bytes of one rank."""
     _, _, stage = _coords(rank_coords)
     memory = param_bytes_per_rank(config, layout.dp, layout.tp, layout.pp, rank_coords, dtype,
-                                  layout.zero, balance, layout.cp, layout.ep)
+                                  layout.zero, balance, layout.cp, layout.ep, layout.schedule)
     if layout.zero == 3:
         memory["gathered"] = gathered_unit_bytes(config, layout, stage, dtype, balance)
     memory["activations"] = activation_bytes_per_rank(

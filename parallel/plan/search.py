@@ -4,7 +4,8 @@ A layout is dp × tp × pp (× cp) = devices with: tp dividing n_head (hence d_m
 tp ≤ devices per node unless `allow_inter_node_tp`, pp ≤ n_layer, batch divisible by
 dp·m, and with `max_cp` > 1 every cp ≤ max_cp whose zigzag layout divides the sequence
 (2·cp chunks). For each: every micro-batch count m, recomputation on/off, sequence parallel
-on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1). A mixture of experts also
+on/off (only when tp > 1), ZeRO-1 on/off (only when dp·cp > 1); with schedule "any" every schedule
+of layout.SCHEDULES (DualPipe(V) where plan.dual.dual_error lets them run). A mixture of experts also
 tries every ep dividing dp and E (with cp = 1), and neither sequence parallelism nor ZeRO-2/3,
 which HybridGPT does not compose with experts.
 
@@ -19,11 +20,13 @@ from functools import cache
 from itertools import product
 from math import isqrt
 
-from .cost import estimate
-from .layout import Layout
+from .cost import estimate, stage_flops
+from .dual import DUAL, dual_error
+from .layout import SCHEDULES, Layout
 from .model import has_experts
 from .moe import device_limit_fits
 from .profiles import load_profile
+from .stage_split import SPLITS, stage_split
 
 # Each candidate's estimate costs every pipeline stage, and each stage walks the pp-long balance
 # list and its own blocks: about pp² + n_layer steps of ≈ 0.4 µs on a laptop core.
@@ -81,18 +84,18 @@ def candidate_layouts(config, dp, tp, pp, batch, schedule, cp=1, attention="dens
     """The layouts of a grid: each ep, micro-batch count and flags; under a device limit of
     `max_ranks` M ranks per token, only the ep whose ranks hold top-k on M of them."""
     experts = has_experts(config)
-    for ep in expert_parallel_sizes(config, dp, cp):
+    for ep, name in product(expert_parallel_sizes(config, dp, cp), SCHEDULES if schedule == "any" else [schedule]):
         if not device_limit_fits(config, ep, max_ranks):
             continue
         for m in divisors(batch // dp):
             for recompute, sp, zero in flag_choices(tp, dp * cp, experts):
-                yield Layout(dp, tp, pp, m, recompute, sp, zero, schedule, cp, ep, attention, max_ranks)
+                yield Layout(dp, tp, pp, m, recompute, sp, zero, name, cp, ep, attention, max_ranks)
 
 
-def search_steps(config, grid_list, batch):
-    """The steps costing every candidate of `grid_list` takes: pp² + n_layer per candidate."""
+def search_steps(config, grid_list, batch, schedules=1):
+    """The steps costing every candidate of `grid_list` under `schedules` schedules takes: pp² + n_layer per candidate."""
     experts = has_experts(config)
-    return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp))
+    return sum(len(expert_parallel_sizes(config, dp, cp)) * len(divisors(batch // dp)) * schedules
                * len(flag_choices(tp, dp * cp, experts)) * (pp * pp + config.n_layer) for dp, tp, pp, cp in grid_list)
 
 
@@ -107,7 +110,7 @@ def check_search_size(steps, searches=1):
 
 def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
          schedule="1f1b", allow_inter_node_tp=False, max_cp=1, compress="none", local_steps=1, searches=1,
-         attention="dense", max_ranks=None):
+         attention="dense", max_ranks=None, splits=False):
     """All fitting layouts ranked by `rank_key`; rejections counted by reason.
 
     `profile` is a profile dict or a name; `memory_bytes` defaults to the profile's;
@@ -115,7 +118,8 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
     of this size the caller runs (ValueError if they exceed MAX_SEARCH_STEPS together);
     `attention`: the kernel every layout computes attention with (Layout.attention: flash keeps
     no probabilities, so its activations hold no s² term; the time model is the same); `max_ranks`:
-    device-limited routing, M ranks per token at most (the trainer's --max-ranks-per-token)."""
+    device-limited routing, M ranks per token at most (the trainer's --max-ranks-per-token); `splits`:
+    also try each pipeline's uneven splits of the blocks (`stage_splits`)."""
     profile = load_profile(profile) if isinstance(profile, str) else profile
     if devices < 1 or batch < 1:
         raise ValueError(f"devices={devices} and batch={batch} must be positive")
@@ -123,7 +127,8 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
     result = Plan([])
     grid_list = list(grids(config, devices, batch, profile["devices_per_node"], allow_inter_node_tp,
                            result.rejected, max_cp))
-    check_search_size(search_steps(config, grid_list, batch), searches)
+    tries = (len(SCHEDULES) if schedule == "any" else 1) * (len(SPLITS) if splits else 1)
+    check_search_size(search_steps(config, grid_list, batch, tries), searches)
     for dp, tp, pp, cp in grid_list:
         unfit = [ep for ep in expert_parallel_sizes(config, dp, cp) if not device_limit_fits(config, ep, max_ranks)]
         if unfit:
@@ -132,16 +137,34 @@ def plan(config, devices, batch, profile, memory_bytes=None, dtype="float32",
             if layout.zero and (compress != "none" or local_steps > 1):
                 result.rejected["ZeRO candidates (compression and local SGD need whole replicas)"] += 1
                 continue
-            est = estimate(config, layout, batch, profile, dtype, compress=compress, local_steps=local_steps)
-            if est.memory["total"] <= limit:
-                result.ranked.append(est)
+            if layout.schedule in DUAL and dual_error(layout.schedule, pp, layout.micro_batches, config.n_layer):
+                result.rejected["DualPipe(V) candidates with odd pp, m < 2·pp or too few blocks"] += 1
                 continue
-            result.rejected[f"candidates out of memory (> {limit / 2**30:.3g} GiB)"] += 1
-            if result.smallest_rejected is None or \
-                    est.memory["total"] < result.smallest_rejected.memory["total"]:
-                result.smallest_rejected = est
+            for balance in stage_splits(config, layout, batch) if splits else [None]:
+                est = estimate(config, layout, batch, profile, dtype, balance, compress, local_steps)
+                if est.memory["total"] <= limit:
+                    result.ranked.append(est)
+                    continue
+                result.rejected[f"candidates out of memory (> {limit / 2**30:.3g} GiB)"] += 1
+                if result.smallest_rejected is None or \
+                        est.memory["total"] < result.smallest_rejected.memory["total"]:
+                    result.smallest_rejected = est
     result.ranked.sort(key=rank_key)
     return result
+
+
+def stage_splits(config, layout, batch):
+    """None (the even split) and each different split of stage_split.SPLITS for a one-stage-per-rank
+    pipeline: balanced by the closed form's flops (a block's, the head's; the embedding costs none), and
+    the ends one block lighter. DualPipe(V) keep the even split (their ranks hold two stages)."""
+    if layout.pp == 1 or layout.schedule in DUAL:
+        return [None]
+    tokens = batch // (layout.dp * layout.micro_batches) * config.block_size // layout.cp
+    block = stage_flops(config, 1, tokens, layout.tp, layout.recompute, False)
+    head = stage_flops(config, 0, tokens, layout.tp, layout.recompute, True)
+    cuts = {tuple(stage_split(config.n_layer, layout.pp, split, block, 0.0, head)) for split in SPLITS}
+    even = tuple(stage_split(config.n_layer, layout.pp, "even", block, 0.0, head))
+    return [None] + sorted(list(cut) for cut in cuts - {even})
 
 
 def rank_key(est):

@@ -27,9 +27,10 @@ def rate(computing, ranks, alone_speedup):
     return 1.0 + (alone_speedup - 1.0) * (ranks - computing) / (ranks - 1)
 
 
-def replay(schedule, times, message_seconds, ranks_per_stage=1, alone_speedup=1.0):
+def replay(schedule, times, message_seconds, ranks_per_stage=1, alone_speedup=1.0, placement="loop"):
     """Events of `schedule` (one action list per stage) with times[stage][kind] seconds
-    measured with every rank computing (see the module doc for `alone_speedup`)."""
+    measured with every rank computing (see the module doc for `alone_speedup`); a rank of
+    several chunks (placement "v": pipeline.schedules.PLACEMENTS) has times[stage][chunk][kind]."""
     p = len(schedule)
     ranks = p * ranks_per_stage
     position, now, events = [0] * p, 0.0, []
@@ -49,9 +50,10 @@ def replay(schedule, times, message_seconds, ranks_per_stage=1, alone_speedup=1.
             if a is None or work[stage] or message[stage]:
                 continue
             if a.is_compute:
-                work[stage] = (a, now, times[stage][a.kind])
+                costs = times[stage][a.chunk] if isinstance(times[stage], (list, tuple)) else times[stage]
+                work[stage] = (a, now, costs[a.kind])
             elif not message[a.peer] and not work[a.peer] and current(a.peer) is not None \
-                    and _matches(stage, a, a.peer, current(a.peer), p):
+                    and _matches(stage, a, a.peer, current(a.peer), p, placement):
                 end = now + message_seconds
                 message[stage], message[a.peer] = (a, now, end), (current(a.peer), now, end)
         busy = [s for s in range(p) if work[s]]

@@ -26,11 +26,12 @@ what these kernels take here.
 from dataclasses import dataclass
 
 from ..alpha_beta import ring_all_reduce, send_recv
-from ..pipeline.registry import get_schedule
+from ..pipeline.registry import get_schedule, placement_of
 from .cost import dp_seconds, link
+from .dual import held_stages, stage_count
 from .layout import get_precision
-from .memory import micro_batch_size
-from .model import param_count, stage_layers
+from .memory import micro_batch_size, rank_units
+from .model import stage_layers
 from .shared_cores import replay
 
 
@@ -55,11 +56,12 @@ class SimulatedStep:
 
 
 def stage_times(config, layout, b, parts, balance, tp_all_reduce):
-    """(forward, backward) seconds of one micro-batch on each stage, tp collectives included."""
+    """(forward, backward) seconds of one micro-batch on each stage (2·pp of them in the V: plan.dual),
+    tp collectives included."""
     activation, small = tp_all_reduce(b * config.block_size * config.d_model), tp_all_reduce(b * config.block_size)
-    times = []
-    for stage, blocks in enumerate(stage_layers(config.n_layer, layout.pp, balance)):
-        first, last = stage == 0, stage == layout.pp - 1
+    times, stages = [], stage_count(layout.schedule, layout.pp)
+    for stage, blocks in enumerate(stage_layers(config.n_layer, stages, balance)):
+        first, last = stage == 0, stage == stages - 1
         forward = blocks * (parts.block[0] + 2 * activation) + first * (parts.embed[0] + activation) \
             + last * (parts.head[0] + 3 * small)
         backward = blocks * (parts.block[1] + 2 * activation) + first * parts.embed[1] + last * (parts.head[1] + activation)
@@ -84,6 +86,9 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     `collectives`: {group size n: {"alpha_us", "bandwidth_gbps"}} fitted to all-reduces on
     groups of n ranks (validate_worker.measure_collectives), for the tp and dp collectives
     of groups of that size instead of the profile's link."""
+    if layout.schedule == "dualpipe":
+        raise ValueError("the simulation replays a schedule's action lists, and bidirectional dualpipe has none "
+                         "in pipeline.registry yet: its closed form (plan.dual, table 2) predicts it")
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
     _, tp_alpha, tp_beta = link(for_group(profile, collectives, layout.tp), 1, layout.tp)
@@ -95,10 +100,12 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     times = stage_times(config, layout, b, parts, balance, tp_all_reduce)
     message = send_recv(b * config.block_size * config.d_model * precision.activation_bytes, pp_alpha, pp_beta)
     costs = [{"forward": f, "backward": bw, "backward_input": bw / 2, "backward_weight": bw / 2} for f, bw in times]
-    events = replay(get_schedule(layout.schedule, p, m), costs, message, layout.dp * layout.tp, alone_speedup)
+    chunks = [[costs[stage] for stage, _ in held_stages(layout.schedule, p, rank)] for rank in range(p)]
+    events = replay(get_schedule(layout.schedule, p, m, len(chunks[0])), chunks, message, layout.dp * layout.tp,
+                    alone_speedup, placement_of(layout.schedule))
     ends = [max(e.end for e in events if e.rank == stage) for stage in range(p)]
     dp, _ = dp_seconds(config, layout, for_group(profile, collectives, layout.dp), precision, balance)  # closed form
-    optimizer = [param_count(config, layout.tp, p, stage, balance) * parts.optimizer_per_param
-                 / (layout.dp if layout.zero else 1) for stage in range(p)]
+    optimizer = [sum(map(sum, rank_units(config, layout.tp, p, rank, balance, schedule=layout.schedule)))
+                 * parts.optimizer_per_param / (layout.dp if layout.zero else 1) for rank in range(p)]
     total = max(end + dp + opt for end, opt in zip(ends, optimizer))
     return SimulatedStep(total, ends, times, dp, optimizer, events)

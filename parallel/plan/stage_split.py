@@ -10,10 +10,13 @@ the first stage also runs the embedding, the last the lm_head and the cross-entr
               dynamic programme, O(p·n²), is too slow for the planner's search): a time T is enough
               when every stage fits ⌊(T − its ends)/t_block⌋ ≥ 1 blocks and these add up to n; the
               least such T is one of k·t_block + (0, t_embed or t_head), found by bisection.
+    ends      Megatron-LM's hand setting of those flags as often used (Llama 3's 126 layers on 16 stages):
+              the first and last stage a block fewer than the middle ones, which share the rest
+              (even where the layers are too few, n_layer < 2·pp − 2, or pp ≤ 2)
 Each stage's time is its blocks · t_block + (first: t_embed) + (last: t_head) + its sends, and the
 slowest stage paces the pipeline: pipelined = (m + p − 1) · max over stages.
 """
-SPLITS = ("even", "balanced")
+SPLITS = ("even", "balanced", "ends")
 
 
 def stage_split(n_layer, pp, split, block, embed, head):
@@ -22,6 +25,8 @@ def stage_split(n_layer, pp, split, block, embed, head):
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
     if split == "balanced":
         return balanced_split(n_layer, pp, block, embed, head)
+    if split == "ends" and pp > 2 and n_layer >= 2 * pp - 2:
+        return ends_split(n_layer, pp)
     base, extra = divmod(n_layer, pp)
     return [base + (stage < extra) for stage in range(pp)]
 
@@ -46,6 +51,14 @@ def balanced_split(n_layer, pp, block, embed, head):
         split[stage] -= give
         spare -= give
     return split
+
+
+def ends_split(n_layer, pp):
+    """The `ends` split: the first and last stage one block fewer than an even split of n_layer + 2 would
+    give them (at least one fewer than the middle), the middle stages the rest, evenly."""
+    ends = (n_layer + 2) // pp - 1
+    base, extra = divmod(n_layer - 2 * ends, pp - 2)
+    return [ends] + [base + (stage < extra) for stage in range(pp - 2)] + [ends]
 
 
 def stage_seconds(split, block, embed, head, p2p):

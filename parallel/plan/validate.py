@@ -7,7 +7,7 @@
 Launches ONE `mpiexec -n RANKS` job (one BLAS thread per rank) that trains every layout of
 that many ranks the config can take (4: dp4, dp2·tp2, dp2·pp2, tp2·pp2, tp4, pp4, with
 ZeRO-1/2/3 and activation-recomputation variants; 2: dp2, tp2, pp2, dp2 ZeRO-1 and ZeRO-3,
-and dp2, tp2, pp2 with recomputation), each with every micro-batch count of
+dp2, tp2, pp2 with recomputation, and pp2 under ZB-H1 and DualPipeV, the V where m ≥ 4), each with every micro-batch count of
 `--microbatches` (a list: 1,2,4), for a few float32 steps of a HybridGPT, in `--repeats`
 interleaved sweeps; a layout's time is the median over sweeps of its median step time
 (`--statistic fastest`: of its fastest step; slowest rank, after one warm-up step), shown
@@ -40,6 +40,7 @@ import numpy as np
 from ..launch import run_on_mpi_ranks
 from ..pipeline.partition import balance_by_parameters
 from .cost import estimate
+from .dual import stage_count
 from .layout import Layout
 from .memory import micro_batch_size, param_bytes_per_rank
 from .model import DEFAULT_BATCH, get_config
@@ -49,8 +50,9 @@ from .simulate import PartCosts, simulate_step
 from .validate_worker import KINDS, LAYOUTS, dense_gpt, unpack, worker
 
 
-def layout_name(dp, tp, pp, zero, recompute=False):
-    return f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" recompute" if recompute else "")
+def layout_name(dp, tp, pp, zero, recompute=False, schedule="1f1b"):
+    return (f"dp{dp}·tp{tp}·pp{pp}" + (f" zero{zero}" if zero else "") + (" recompute" if recompute else "")
+            + (f" {schedule}" if schedule != "1f1b" else ""))
 
 
 @functools.cache
@@ -144,15 +146,15 @@ def memory_errors(config, results):
     """[(layout name, rank, kind, measured, predicted, relative error)] for every rank."""
     rows = []
     for result in results:
-        dp, tp, pp, zero, recompute = unpack(result["layout"])
-        balance = balance_of(config, pp)
+        dp, tp, pp, zero, recompute, schedule = unpack(result["layout"])
+        balance = balance_of(config, stage_count(schedule, pp))
         for rank, measured in enumerate(result["memory"]):
             coords = (rank // tp % dp, rank % tp, rank // (tp * dp))
-            predicted = param_bytes_per_rank(config, dp, tp, pp, coords, "float32", zero, balance)
+            predicted = param_bytes_per_rank(config, dp, tp, pp, coords, "float32", zero, balance, schedule=schedule)
             for kind in KINDS:
                 error = abs(measured[kind] - predicted[kind]) / predicted[kind]
-                rows.append((layout_name(dp, tp, pp, zero, recompute), rank, kind, measured[kind], predicted[kind],
-                             error))
+                rows.append((layout_name(dp, tp, pp, zero, recompute, schedule), rank, kind, measured[kind],
+                             predicted[kind], error))
     return rows
 
 
@@ -166,8 +168,8 @@ def report_memory(config, results):
 
 
 def layout_of(result):
-    dp, tp, pp, zero, recompute = unpack(result["layout"])
-    return Layout(dp, tp, pp, result["microbatches"], zero=zero, recompute=recompute)
+    dp, tp, pp, zero, recompute, schedule = unpack(result["layout"])
+    return Layout(dp, tp, pp, result["microbatches"], zero=zero, recompute=recompute, schedule=schedule)
 
 
 def predictions(config, batch, profile, results, parts, link):
@@ -176,7 +178,8 @@ def predictions(config, batch, profile, results, parts, link):
     the ranks sharing this machine's cores)."""
     closed, simulated, measured_link = [], [], with_link(profile, link)
     for result in results:
-        layout, balance = layout_of(result), balance_of(config, result["layout"][2])
+        layout = layout_of(result)
+        balance = balance_of(config, stage_count(layout.schedule, layout.pp))  # the V's: its 2·pp stages
         closed.append(estimate(config, layout, batch, profile, balance=balance).time["total"])
         b = micro_batch_size(batch, layout)
         simulated.append(float(simulate_step(config, layout, batch, parts[(b, layout.tp)], measured_link, balance,

@@ -22,16 +22,18 @@ from ..comm.gather import all_gather_ragged
 from ..hybrid import HybridGPT
 from ..mesh import Mesh
 from .calibrate import ping_pong_seconds
+from .dual import DUAL, dual_error, stage_count
 from .model import get_config
 from .parts import measure_parts
 from .simulate import PartCosts
 
-# (dp, tp, pp, ZeRO stage, activation recomputation)
+# (dp, tp, pp, ZeRO stage, activation recomputation[, pipeline schedule: default 1f1b])
 LAYOUTS = {4: [(4, 1, 1, 0, False), (2, 2, 1, 0, False), (2, 1, 2, 0, False), (1, 2, 2, 0, False),
                (1, 4, 1, 0, False), (1, 1, 4, 0, False), (2, 2, 1, 1, False), (2, 1, 2, 2, False),
                (4, 1, 1, 3, False), (4, 1, 1, 0, True), (1, 1, 4, 0, True), (1, 2, 2, 0, True)],
            2: [(2, 1, 1, 0, False), (1, 2, 1, 0, False), (1, 1, 2, 0, False), (2, 1, 1, 1, False),
-               (2, 1, 1, 3, False), (2, 1, 1, 0, True), (1, 2, 1, 0, True), (1, 1, 2, 0, True)]}
+               (2, 1, 1, 3, False), (2, 1, 1, 0, True), (1, 2, 1, 0, True), (1, 1, 2, 0, True),
+               (1, 1, 2, 0, False, "zb-h1"), (1, 1, 2, 0, False, "dualpipev")]}
 KINDS = ("params", "grads", "optim")
 
 
@@ -46,10 +48,10 @@ def measure_memory(model):
 
 
 def unpack(layout):
-    """(dp, tp, pp, zero, recompute) of a layout tuple (files saved before recomputation was
-    measured hold four numbers: no recomputation)."""
-    dp, tp, pp, zero, *recompute = layout
-    return dp, tp, pp, int(zero), bool(recompute and recompute[0])
+    """(dp, tp, pp, zero, recompute, schedule) of a layout tuple (files saved before recomputation or
+    schedules were measured hold four or five entries: no recomputation, 1F1B)."""
+    dp, tp, pp, zero, *rest = layout
+    return dp, tp, pp, int(zero), bool(rest and rest[0]), rest[1] if len(rest) > 1 else "1f1b"
 
 
 def dense_gpt(config):
@@ -60,9 +62,9 @@ def dense_gpt(config):
 
 def run_layout(group, config, layout, batch, microbatches, steps):
     """Worker side: train one layout; ([seconds of each timed step], [memory of every rank])."""
-    dp, tp, pp, zero, recompute = unpack(layout)
+    dp, tp, pp, zero, recompute, schedule = unpack(layout)
     model = HybridGPT(dense_gpt(config), Mesh(dp, tp, pp, world=group), microbatches=microbatches, zero=zero,
-                      recompute_activations=recompute)
+                      recompute_activations=recompute, schedule=schedule, chunks=stage_count(schedule, pp) // pp)
     model.configure_optimizer()
     rng = np.random.default_rng(0)
     idx = rng.integers(0, config.vocab_size, (batch, config.block_size))
@@ -84,11 +86,15 @@ def run_layout(group, config, layout, batch, microbatches, steps):
 
 def runnable(config, batch, microbatches, ranks=4):
     """The layouts of LAYOUTS[ranks] this config and batch can take (tp divides the heads, a
-    block per stage, the batch splits into dp·m micro-batches)."""
+    block per stage, the batch splits into dp·m micro-batches, DualPipe(V) has its m ≥ 2·pp)."""
     if ranks not in LAYOUTS:
         raise ValueError(f"the validation knows layouts of {sorted(LAYOUTS)} ranks, not {ranks}")
-    return [(dp, tp, pp, zero, recompute) for dp, tp, pp, zero, recompute in LAYOUTS[ranks]
-            if config.n_head % tp == 0 and pp <= config.n_layer and batch % (dp * microbatches) == 0]
+    return [layout for layout in LAYOUTS[ranks] if can_run(config, batch, microbatches, *unpack(layout))]
+
+
+def can_run(config, batch, m, dp, tp, pp, zero, recompute, schedule):
+    dual = schedule in DUAL and dual_error(schedule, pp, m, config.n_layer)
+    return config.n_head % tp == 0 and stage_count(schedule, pp) <= config.n_layer and batch % (dp * m) == 0 and not dual
 
 
 def measure_parts_on_every_rank(group, config, b, tp):

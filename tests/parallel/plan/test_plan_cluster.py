@@ -187,7 +187,7 @@ def test_the_json_cli_prints_one_object_with_the_stable_keys(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"step_seconds", "tflops_per_device", "memory_bytes_per_device"} <= set(out)
     assert out["layout"] == {"tp": 8, "pp": 64, "dp": 6, "micro_batch": 1, "micro_batches": 512, "v": 2,
-                             "recompute": "full", "split": [2] * 64}
+                             "recompute": "full", "split": [2] * 64, "schedule": "1f1b"}
     assert 100 < out["tflops_per_device"] < 250 and out["fits"]
 
 

@@ -54,3 +54,30 @@ def test_the_issues_command_plans_70_layers_on_12_stages_and_prints_the_split(ca
     assert "blocks per stage (uneven): [" in out and "fits" in out
     assert main([*SEVENTY, "tp=4,pp=12,dp=8,split=even", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["layout"]["split"] == [6] * 10 + [5] * 2
+
+
+def test_the_ends_split_takes_a_block_from_the_first_and_last_stage():
+    from parallel.plan.stage_split import stage_split
+    assert stage_split(70, 12, "ends", 1.0, 0.0, 0.0) == [5] + [6] * 10 + [5]
+    assert stage_split(126, 16, "ends", 1.0, 0.0, 0.0) == [7] + [8] * 14 + [7]     # Llama 3 405B's
+    assert stage_split(9, 4, "ends", 1.0, 0.0, 0.0) == [1, 4, 3, 1]
+    assert stage_split(5, 4, "ends", 1.0, 0.0, 0.0) == [2, 1, 1, 1]               # too few blocks: even
+
+
+def test_the_small_model_search_tries_uneven_splits_and_prints_them(capsys):
+    """A vocabulary of 8000 makes the head cost more than two blocks of d = 128: on 4 stages the
+    searched splits beat the even one, and the table names the split (a `parallel.train --balance`)."""
+    from parallel.plan import GPTConfig, Layout, estimate, plan
+    from parallel.plan.__main__ import main as plan_main
+    from parallel.plan.search import stage_splits
+    config = GPTConfig(vocab_size=8000, block_size=64, n_layer=8, n_head=4, d_model=128)
+    layout = Layout(pp=4, micro_batches=8)
+    times = {tuple(b or ()): estimate(config, layout, 16, "laptop-cpu", balance=b).time["total"]
+             for b in stage_splits(config, layout, 16)}
+    assert set(times) == {(), (1, 3, 3, 1), (5, 1, 1, 1)} and min(times, key=times.get) != ()
+    best = [est for est in plan(config, 4, 16, "laptop-cpu", splits=True).ranked if est.layout.pp == 4][0]
+    assert best.balance == [1, 3, 3, 1]                     # tied with [5, 1, 1, 1] in time, less memory
+    assert all(est.balance is None for est in plan(config, 4, 16, "laptop-cpu").ranked)
+    plan_main(["--n-layer", "8", "--d-model", "128", "--n-head", "4", "--vocab", "8000", "--seq", "64", "--batch", "16",
+               "--devices", "4", "--try-splits", "--top", "60"])
+    assert "  split=6-2  " in capsys.readouterr().out      # dp·tp·pp2: the head's stage holds 2 blocks

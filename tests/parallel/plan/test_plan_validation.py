@@ -116,7 +116,8 @@ def test_rank_statistics():
 
 def test_two_rank_layouts_and_an_unknown_rank_count():
     small = GPTConfig(vocab_size=64, block_size=64, n_layer=2, n_head=4, d_model=128)
-    assert runnable(small, 16, 2, ranks=2) == LAYOUTS[2]
+    assert runnable(small, 16, 2, ranks=2) == [layout for layout in LAYOUTS[2] if unpack(layout)[5] != "dualpipev"]
+    assert (1, 1, 2, 0, False, "dualpipev") in runnable(get_config("medium"), 8, 4, ranks=2)  # 4 stages, m ≥ 2·pp
     with pytest.raises(ValueError, match="not 3"):
         runnable(small, 16, 2, ranks=3)
 
@@ -195,8 +196,9 @@ def test_the_fitted_collectives_are_merged_per_group_size_figure_by_figure():
 
 
 def test_layouts_saved_before_recomputation_was_measured_read_as_without_it():
-    assert unpack([2, 1, 1, 3]) == (2, 1, 1, 3, False)
-    assert unpack((1, 1, 2, 0, True)) == (1, 1, 2, 0, True)
+    assert unpack([2, 1, 1, 3]) == (2, 1, 1, 3, False, "1f1b")
+    assert unpack((1, 1, 2, 0, True)) == (1, 1, 2, 0, True, "1f1b")
+    assert unpack([1, 1, 2, 0, False, "dualpipev"]) == (1, 1, 2, 0, False, "dualpipev")
 
 
 def test_a_sweeps_time_is_the_median_or_the_fastest_of_its_steps():
