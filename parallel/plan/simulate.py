@@ -86,9 +86,6 @@ def simulate_step(config, layout, batch, parts, profile, balance=None, dtype="fl
     `collectives`: {group size n: {"alpha_us", "bandwidth_gbps"}} fitted to all-reduces on
     groups of n ranks (validate_worker.measure_collectives), for the tp and dp collectives
     of groups of that size instead of the profile's link."""
-    if layout.schedule == "dualpipe":
-        raise ValueError("the simulation replays a schedule's action lists, and bidirectional dualpipe has none "
-                         "in pipeline.registry yet: its closed form (plan.dual, table 2) predicts it")
     precision = get_precision(dtype)
     b, p, m = micro_batch_size(batch, layout), layout.pp, layout.micro_batches
     _, tp_alpha, tp_beta = link(for_group(profile, collectives, layout.tp), 1, layout.tp)
