@@ -21,7 +21,7 @@ from minitensor.models import GPT, GPTConfig
 from parallel import HybridGPT, Mesh
 from parallel.comm import run_on_ranks
 from parallel.launch import rank_arguments
-from parallel.pipeline import Timeline, check_schedule, get_schedule, placement_of
+from v_timeline import simulated  # chapter 22's first script: check, print and draw one schedule
 
 STAGES, SIM_M = 8, 20
 CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64)
@@ -29,22 +29,12 @@ CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64
 
 def simulate(say):
     """Print the two simulated timelines; return them as [(title, Timeline)] (tutorials/pictures/)."""
-    timelines = []
     say(f"simulated: {STAGES} stages, m = {SIM_M} micro-batches, F = B = W = 1 per stage")
-    for name, ranks, what in (("dualpipe", STAGES, f"chunk a: micro-batches 0-{SIM_M // 2 - 1} down the ranks, "
-                                                   f"b: {SIM_M // 2}-{SIM_M - 1} up"),
-                              ("dualpipev", STAGES // 2, "chunk a down the ranks, b back up")):
-        report = check_schedule(get_schedule(name, ranks, SIM_M, 2), ranks, SIM_M, 2, weight_time=1.0,
-                                placement=placement_of(name))
-        timeline = Timeline(report.events, ranks)
-        work = 3 * SIM_M * (1 if name == "dualpipe" else 2)  # DualPipe: m/2 micro-batches on each of two chunks
-        say(f"\n{name} on {ranks} ranks ({what}):")
-        say(timeline.render())
-        say(f"{name} idle time per rank: {timeline.makespan - work:g} units "
-            f"(table 2's formula {(STAGES // 2 - 1) * (3 + 2 - 3)}); bubble {timeline.bubble_fraction():.4f}")
-        say(f"{name} peak stored graphs per rank: {report.peak_activations}")
-        timelines.append((f"{name}, {ranks} ranks ({what})", timeline))
-    return timelines
+    formula = (STAGES // 2 - 1) * (3 + 2 - 3)  # F&B = F + B on a CPU
+    return [simulated(say, "dualpipe", STAGES, SIM_M, work=3 * SIM_M, formula=formula,  # m/2 on each of two chunks
+                      what=f"chunk a: micro-batches 0-{SIM_M // 2 - 1} down the ranks, b: {SIM_M // 2}-{SIM_M - 1} up"),
+            simulated(say, "dualpipev", STAGES // 2, SIM_M, work=2 * 3 * SIM_M, formula=formula,
+                      what="chunk a down the ranks, b back up")]
 
 
 def relative(pairs):

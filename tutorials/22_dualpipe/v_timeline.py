@@ -21,7 +21,7 @@ from minitensor.models import GPT, GPTConfig
 from parallel import Pipeline
 from parallel.comm import run_on_ranks
 from parallel.launch import rank_arguments
-from parallel.pipeline import Timeline, check_schedule, get_schedule
+from parallel.pipeline import Timeline, check_schedule, get_schedule, placement_of
 
 STAGES, SIM_M = 8, 10
 CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64)
@@ -29,21 +29,27 @@ CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64
 
 def simulate(say):
     """Print the two simulated timelines; return them as [(title, Timeline)] (tutorials/pictures/)."""
-    timelines = []
     say(f"simulated: {STAGES} stages, m = {SIM_M} micro-batches, F = B = W = 1 per stage")
-    for name, ranks, chunks, placement in (("1f1b", STAGES, 1, "loop"), ("dualpipev", STAGES // 2, 2, "v")):
-        report = check_schedule(get_schedule(name, ranks, SIM_M, chunks), ranks, SIM_M, chunks,
-                                weight_time=1.0, placement=placement)
-        timeline = Timeline(report.events, ranks)
-        idle = timeline.makespan - chunks * SIM_M * 3
-        formula = (ranks - 1) * 3 if name == "1f1b" else (ranks - 1) * (3 + 2 - 3)  # F&B = F + B on a CPU
-        say(f"\n{name} on {ranks} ranks:")
-        say(timeline.render())
-        say(f"{name} idle time per rank: {idle:g} units (table 2's formula {formula:g}); "
-            f"bubble {timeline.bubble_fraction():.4f}")
-        say(f"{name} peak stored graphs per rank: {report.peak_activations}")
-        timelines.append((f"{name}, {ranks} ranks", timeline))
-    return timelines
+    return [simulated(say, "1f1b", STAGES, SIM_M, work=SIM_M * 3, formula=(STAGES - 1) * 3),
+            simulated(say, "dualpipev", STAGES // 2, SIM_M, work=2 * SIM_M * 3,
+                      formula=(STAGES // 2 - 1) * (3 + 2 - 3))]  # F&B = F + B on a CPU
+
+
+def simulated(say, name, ranks, m, work, formula, what=""):
+    """Check `name`'s lists on `ranks` ranks (F = B = W = 1) and print its timeline, its idle time per rank
+    (the makespan less a rank's `work`) beside table 2's `formula`, and its peak stored graphs;
+    return (title, Timeline)."""
+    chunks = 2 if name.startswith("dualpipe") else 1
+    report = check_schedule(get_schedule(name, ranks, m, chunks), ranks, m, chunks, weight_time=1.0,
+                            placement=placement_of(name))
+    timeline = Timeline(report.events, ranks)
+    title = f"{name}, {ranks} ranks" + (f" ({what})" if what else "")
+    say(f"\n{name} on {ranks} ranks" + (f" ({what})" if what else "") + ":")
+    say(timeline.render())
+    say(f"{name} idle time per rank: {timeline.makespan - work:g} units (table 2's formula {formula:g}); "
+        f"bubble {timeline.bubble_fraction():.4f}")
+    say(f"{name} peak stored graphs per rank: {report.peak_activations}")
+    return title, timeline
 
 
 def main():
