@@ -96,6 +96,10 @@ def build_parser():
                        help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
                             "reduction; fp16 with dynamic loss scaling (minitensor.amp). fp8-*: the blocks' "
                             "linears multiply FP8 operands (minitensor.fp8), the rest stays in --dtype. Default fp32")
+    train.add_argument("--moment-dtype", metavar="DTYPE",
+                       help="float32 or bfloat16: the dtype AdamW keeps its two moments in (DeepSeek-V3's bf16 "
+                            "moments, Megatron-LM's --exp-avg-dtype; the update is computed in the masters' dtype). "
+                            "Default: the master weights' dtype"),
     train.add_argument("--fp8-history", type=int, default=16, metavar="N",
                        help="fp8-delayed: steps of amax history (default 16)")
     train.add_argument("--fp8-margin", type=int, default=0, metavar="M", help="fp8-delayed: scale = max/amax/2^M")
