@@ -48,7 +48,11 @@ def moment_dtype_of(moment_dtype, param_dtype):
 def widened(dtype, *stored):
     """The `stored` arrays read as `dtype` (exact copies), for the block to update in place;
     after it, each is stored back into its own array, rounded to nearest even."""
+    # exercise 23.3: bfloat16 moments: read widened, stored back rounded
+    # hint: copy each stored array into `dtype` (astype: exact), yield the copies for the update to work on,
+    # hint: then write each copy back into its own stored array (array[...] = copy: one rounding to nearest even).
     wide = [array.astype(dtype) for array in stored]
     yield wide
     for array, value in zip(stored, wide):
         array[...] = value
+    # end exercise
