@@ -38,7 +38,7 @@ EXAMPLES = """examples:
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
   python -m parallel.train --threads 4 --dp 2 --tp 2 --precision fp8-delayed --check  # same FP8 recipe, 1e-9
-  python -m parallel.train --threads 4 --dp 2 --zero 3 --moment-dtype bfloat16 --check  # AdamW's moments in bf16
+  python -m parallel.train --threads 4 --dp 4 --zero 3 --moment-dtype bfloat16 --check  # AdamW's moments in bf16
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
