@@ -14,9 +14,9 @@ moments stored in S (bfloat16), one step of every element is
 
 (ml_dtypes' cast rounds a float64 to bfloat16 directly, not through float32.) An element
 depends on its own p, g, m, v only, so a shard (ZeRO) steps exactly as the whole does, and
-with S = W nothing is rounded: the plain AdamW step. The rounding error of m is ≤ 2⁻⁹|m| per
-step (bfloat16's 8 significant bits), a relative change of the step's direction, not of its
-size: AdamW divides m̂ by √v̂, so a moment's scale never matters, only its significant bits.
+with S = W nothing is rounded: the plain AdamW step. Each store errs by at most 2⁻⁸ of the
+moment (bfloat16's 8 significant bits), so the next step's m̂/√v̂ is off by at most about
+2⁻⁸ + 2⁻⁹ ≈ 0.6% per element: its size changes a little, its sign never.
 """
 import contextlib
 
