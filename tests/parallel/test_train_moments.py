@@ -30,12 +30,13 @@ def test_another_moment_dtype_is_a_one_line_error(value, capsys):
     assert err.count("\n") == 1
 
 
-def test_a_resume_with_bf16_moments_continues_the_same_losses(tmp_path):
+def test_a_resume_with_bf16_moments_continues_the_same_losses(tmp_path, capsys):
     common = ["--moment-dtype", "bfloat16", "--threads", "2", "--dp", "2", "--zero", "1", "--lr", "0.01"]
     whole = main(flags(*common, "--save", str(tmp_path), "--save-every", "2", steps=4))["losses"]
     (after_two,) = tmp_path.glob("step_*2")
     assert main(flags(*common, "--resume", str(after_two), steps=4))["losses"] == whole[2:]  # bit for bit
     converted = main(flags("--threads", "2", "--tp", "2", "--lr", "0.01", "--resume", str(after_two), steps=4))
+    assert "kept AdamW's moments in bfloat16; this run keeps them in float32, converted exactly" in capsys.readouterr().out
     assert converted["losses"][0] == pytest.approx(whole[2], rel=1e-6)  # float32 moments (exact), another layout
     plain = main(flags(*common[2:], steps=4))["losses"]
     assert plain[:2] == whole[:2]  # the first step reads the moments unrounded: the same bits after it,
