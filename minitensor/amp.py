@@ -54,6 +54,7 @@ class PrecisionPolicy:
     reduce_dtype: np.dtype
     loss_scaling: bool = False
     fp8: object = None  # a minitensor.fp8.recipe.Fp8Recipe: the blocks' linears run in FP8
+    moment_dtype: str = None  # AdamW's moments: None (the masters' dtype) or "bfloat16" (minitensor.narrow_moments)
 
     def __post_init__(self):
         if np.dtype(self.reduce_dtype) != np.dtype(self.master_dtype):
@@ -246,10 +247,8 @@ class MixedPrecision:
 
     def found_inf(self):
         """Unscale the masters' gradients in place; whether any rank of `groups` saw an inf/nan."""
-        if self.sharded_grads is not None:
-            grads = self.sharded_grads()
-        else:
-            grads = [m.grad for m in self.masters if m.grad is not None]
+        grads = self.sharded_grads() if self.sharded_grads is not None else [m.grad for m in self.masters
+                                                                              if m.grad is not None]
         found = self.scaler.unscale_(grads)
         flag = np.array([found], dtype=np.int64)
         for group in self.groups:  # after tp, pp and dp, every rank of the mesh has the world's MAX

@@ -38,15 +38,16 @@ BLOCK = 1 << 17  # elements per block: 128 Ki float32 × (param, grad, 2 moments
 
 class FlatLayout:
     """`params` (one dtype, all requiring grad) laid end to end, with the state arrays named
-    in `state_keys` of each parameter's dict in `states` (filled with zeros where missing)."""
+    in `state_keys` of each parameter's dict in `states` (filled with zeros where missing),
+    in `state_dtype` (default the parameters': AdamW's bfloat16 moments are narrower)."""
 
-    def __init__(self, params, states, state_keys):
+    def __init__(self, params, states, state_keys, state_dtype=None):
         self.params, self.state_keys = list(params), tuple(state_keys)
         dtype, ends = self.params[0].dtype, np.cumsum([p.size for p in self.params])
         self.slices = [slice(int(end) - p.size, int(end)) for p, end in zip(self.params, ends)]
         self.numel = int(ends[-1])
         self.data, self.grad = np.empty(self.numel, dtype), np.zeros(self.numel, dtype)
-        self.state = {key: np.zeros(self.numel, dtype) for key in self.state_keys}
+        self.state = {key: np.zeros(self.numel, state_dtype or dtype) for key in self.state_keys}
         for p, state, where in zip(self.params, states, self.slices):
             self.data[where] = p.data.reshape(-1)
             p.data = self.data[where].reshape(p.shape)

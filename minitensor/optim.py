@@ -1,13 +1,18 @@
 """Optimizers. The update rules are plain functions on numpy arrays, updated in place,
 so a sharded optimizer (ZeRO) applies exactly the same arithmetic to its shard, and
 AdamW and SGD apply it to all their parameters of a dtype at once through flat buffers
-(minitensor.flat_params; switch: speed.disabled("flat_optimizer"))."""
+(minitensor.flat_params; switch: speed.disabled("flat_optimizer")).
+
+AdamW's moments may be stored narrower than the parameters (`moment_dtype`, DeepSeek-V3
+§3.3.1: bfloat16 moments beside float32 masters; Megatron-LM's --exp-avg-dtype and
+--exp-avg-sq-dtype bf16): 4 bytes per parameter instead of 8 (minitensor.narrow_moments)."""
 import math
 
 import numpy as np
 
 from minitensor import speed
 from minitensor.flat_params import FlatLayout
+from minitensor.narrow_moments import moment_dtype_of, widened
 
 
 def sgd_update(param, grad, momentum_buffer, lr, momentum, weight_decay):
@@ -26,7 +31,13 @@ def adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, 
 
     p ← p·(1 − lr·λ) − lr·m̂/(√v̂ + ε), m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ).
     Every line works in place; `scratch` is the one temporary the size of `param`.
+    Moments stored narrower than `param` (bfloat16) are read widened and stored back rounded
+    (minitensor.narrow_moments: this step's update reads the unrounded values).
     """
+    if exp_avg.dtype != param.dtype:
+        with widened(param.dtype, exp_avg, exp_avg_sq) as (m, v):
+            adamw_update(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay)
+        return
     scratch = np.multiply(grad, 1 - beta1, dtype=param.dtype)
     param *= 1 - lr * weight_decay
     exp_avg *= beta1
@@ -62,11 +73,12 @@ class Optimizer:
         """(index, parameter) for every parameter that has a gradient this step."""
         return [(i, p) for i, p in enumerate(self.params) if p.requires_grad and p.grad is not None]
 
-    def flat_and_rest(self, new_state, state_keys):
+    def flat_and_rest(self, new_state, state_keys, state_dtype=None):
         """This step's parameters as ([(states, FlatLayout)], [(index, parameter)]): one flat
         layout per dtype whose trainable parameters all have a gradient and equal step
-        counts (their states made with `new_state()` where missing), the rest (and all, with
-        the switch off) for the per-tensor loop. A layout is (re)made when it is stale."""
+        counts (their states made with `new_state()` where missing, in `state_dtype(parameter)`,
+        default the parameter's dtype), the rest (and all, with the switch off) for the
+        per-tensor loop. A layout is (re)made when it is stale."""
         trainable = self.trainable()
         if not speed.enabled("flat_optimizer"):
             for layout in self._flat.values():
@@ -88,7 +100,8 @@ class Optimizer:
             if not (layout and layout.intact(params, states, state_keys)):
                 if layout:
                     layout.release()
-                layout = self._flat[dtype] = FlatLayout(params, states, state_keys)
+                layout = self._flat[dtype] = FlatLayout(params, states, state_keys,
+                                                        state_dtype(params[0]) if state_dtype else None)
             self.state.update((i, s) for i, s in zip(indices, states) if s)  # SGD without momentum keeps none
             layout.gather_grads()
             flat.append((states, layout))
@@ -143,12 +156,23 @@ class SGD(Optimizer):
 
 
 class AdamW(Optimizer):
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    """AdamW; `moment_dtype`: None (the parameters' dtype: float32, float64 for the tests'
+    reference) or a narrower one of MOMENT_DTYPES ("bfloat16"), the dtype exp_avg and exp_avg_sq
+    are kept in (minitensor.narrow_moments). The setting stays the optimizer's own: a loaded state
+    is converted to it (widening is exact; narrowing rounds to nearest even, as a step's store)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, moment_dtype=None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self.moment_dtype = moment_dtype
+        for p in self.params:
+            moment_dtype_of(moment_dtype, p.dtype)  # refused here, before any step
+
+    def moments_dtype(self, param):
+        return moment_dtype_of(self.moment_dtype, param.dtype)
 
     def step(self):
         d = self.defaults
-        flat, rest = self.flat_and_rest(lambda: {"step": 0}, ("exp_avg", "exp_avg_sq"))
+        flat, rest = self.flat_and_rest(lambda: {"step": 0}, ("exp_avg", "exp_avg_sq"), self.moments_dtype)
         for states, layout in flat:
             step = states[0]["step"] + 1
             for s in states:
@@ -156,11 +180,17 @@ class AdamW(Optimizer):
             layout.apply(lambda p, g, m, v: adamw_update(p, g, m, v, step, d["lr"], *d["betas"], d["eps"],
                                                          d["weight_decay"]))
         for i, p in rest:
-            s = self.state.setdefault(i, {"step": 0, "exp_avg": np.zeros_like(p.data),
-                                          "exp_avg_sq": np.zeros_like(p.data)})
+            s = self.state.setdefault(i, {"step": 0, "exp_avg": np.zeros(p.shape, self.moments_dtype(p)),
+                                          "exp_avg_sq": np.zeros(p.shape, self.moments_dtype(p))})
             s["step"] += 1
             adamw_update(p.data, p.grad, s["exp_avg"], s["exp_avg_sq"], s["step"], d["lr"], *d["betas"],
                          d["eps"], d["weight_decay"])
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        for i, s in self.state.items():
+            for key in ("exp_avg", "exp_avg_sq"):
+                s[key] = s[key].astype(self.moments_dtype(self.params[i]), copy=False)
 
     def state_bytes(self):
         """Bytes held by the optimizer states (for comparing with ZeRO's shards)."""

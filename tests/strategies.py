@@ -161,6 +161,10 @@ link_figures = st.tuples(st.sampled_from([0.0, 1e-6, 1e-4]), st.sampled_from([0.
 
 # --- minitensor.amp (the loss scaler) --------------------------------------------
 
+# minitensor.narrow_moments: a parameter vector of 1..40 finite values
+moment_params = st.integers(1, 40).flatmap(lambda n: st.lists(
+    st.floats(-1e3, 1e3, allow_subnormal=False), min_size=n, max_size=n).map(np.array))
+
 
 @st.composite
 def scaler_events(draw):

@@ -23,6 +23,8 @@ import threading
 
 import numpy as np
 
+from minitensor.narrow_moments import moment_dtype_of
+
 from ..tensor_parallel.sharding import dense_shape
 from .files import CheckpointError, resolve, shard_name
 from .manifest import check_config, check_layout, read_manifest, verify_files
@@ -75,16 +77,19 @@ _READ_LOCK = threading.Lock()
 
 
 class ShardReader:
-    """read(file, key) -> array, opening each .npz once (lazily: only the keys asked for are read)."""
+    """read(file, key) -> array, opening each .npz once (lazily: only the keys asked for are read).
+    `moment_dtype`: the saved moments' dtype, which their bits are viewed as (bfloat16, saved as uint16)."""
 
-    def __init__(self, step_dir):
+    def __init__(self, step_dir, moment_dtype=None):
         self.step_dir, self.open = step_dir, {}
+        self.moment_dtype = moment_dtype_of(moment_dtype, np.float64) if moment_dtype else None
 
     def __call__(self, file, key):
         with _READ_LOCK:
             if file not in self.open:
                 self.open[file] = np.load(self.step_dir / file, allow_pickle=False)
-            return self.open[file][key]
+            array = self.open[file][key]
+        return array.view(self.moment_dtype) if self.moment_dtype and key.startswith(MOMENTS) else array
 
     def keys(self, file, prefix):
         """The keys of `file` that start with `prefix`."""
@@ -138,7 +143,7 @@ def load_checkpoint(path, model):
     own = shard_name(mesh.world.rank)
     replicas_differ = check_replicas(manifest, model, resharded, step_dir)
     verify_files(mesh.world, step_dir, manifest)
-    read = ShardReader(step_dir)
+    read = ShardReader(step_dir, manifest["optimizer"].get("moment_dtype"))  # older checkpoints: the params' dtype
     try:
         if replicas_differ:
             values, moments = own_replica(entries, read, own)

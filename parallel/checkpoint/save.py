@@ -12,7 +12,8 @@ each rank's outcome is in the all-gather that follows the step, so every rank ra
 same CheckpointError, rank 0 removes step_000123.tmp, and `latest` stays where it was.
 
 Each file holds `param/<name>` (the rank's local array), `exp_avg/<name>` and
-`exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO)
+`exp_avg_sq/<name>` (whole local arrays under AdamW; the rank's flat range under ZeRO; in
+the moments' dtype, the manifest's optimizer.moment_dtype: bfloat16 as its uint16 bits)
 and `rng` (its random generators as JSON), `comm_hook/<key>` (the dp communication
 hook's error feedback and PowerSGD's Q, parallel.data_parallel.comm_hooks: per rank and bucket) and
 `outer/<key>` (local SGD's outer optimizer, parallel.data_parallel.local_sgd). dp replicas write identical
@@ -39,6 +40,8 @@ from .manifest import build_manifest, rank_record, write_manifest
 from .reshard import key
 from .state import (
     MOMENTS,
+    file_bits,
+    moment_dtype,
     moments_by_name,
     named_parameters,
     optimizer_type,
@@ -51,7 +54,7 @@ def write_shard(path, params, moments, rng_json, states):
     """This rank's arrays, by single-device name, as one .npz (flushed to disk)."""
     arrays = {key("param", name): p.data for name, p in params.items()}
     for name, m in moments.items():
-        arrays.update({key(kind, name): m[kind] for kind in MOMENTS})
+        arrays.update({key(kind, name): file_bits(m[kind]) for kind in MOMENTS})
     arrays["rng"] = np.array(rng_json)
     arrays.update(states)
     write_durably(path, lambda f: np.savez(f, **arrays))
@@ -93,7 +96,7 @@ def save_checkpoint(directory, model, *, step, extra=None, keep=2, replace_after
     outcome = None
     if world.rank == 0:
         outer = model.outer  # local SGD's: every replica saved its own state
-        optim = {"type": optimizer_type(optimizer),
+        optim = {"type": optimizer_type(optimizer), "moment_dtype": moment_dtype(optimizer),
                  "defaults": dict(optimizer.defaults) if optimizer is not None else None,
                  "scaler": model.amp.scaler.state_dict() if model.amp is not None else None, "fp8": fp8,
                  "outer": outer.hyperparameters() if outer is not None else None}

@@ -10,7 +10,11 @@ The checkpoint never asks which kind of parallel model it holds (parallel.hybrid
     moments        name -> AdamW's exp_avg, exp_avg_sq and step count. Plain AdamW keeps
                    them by position in its parameter list, ZeRO-1 as one flat chunk of
                    the dp group's concatenated parameters: both are mapped to names here
-                   (a ZeRO chunk gives each name a flat element range [lo, hi))
+                   (a ZeRO chunk gives each name a flat element range [lo, hi)). They are
+                   saved in their dtype (bfloat16 moments as their uint16 bits, `file_bits`:
+                   the manifest's optimizer.moment_dtype reads them back) and loaded into the
+                   optimizer's own (a bfloat16 → float32 resume is exact; float32 → bfloat16
+                   rounds to nearest even, as the next step's store would)
     rank states    what one rank holds for itself, restored in the same layout only
                    (rank_state_holders): the dp gradient compressor's state (parallel.data_parallel.comm_hooks,
                    per bucket) and local SGD's outer optimizer (parallel.data_parallel.local_sgd: the
@@ -76,6 +80,21 @@ def moments_by_name(optimizer, params):
             for i, s in optimizer.state.items()}
 
 
+def moment_dtype(optimizer):
+    """The dtype name the optimizer keeps its moments in (None without an optimizer)."""
+    if optimizer is None:
+        return None
+    if isinstance(optimizer, ZeroOptimizer):
+        return optimizer.exp_avg.dtype.name
+    return optimizer.moments_dtype(optimizer.params[0]).name
+
+
+def file_bits(array):
+    """What a shard file holds for `array`: npz keeps numpy's own dtypes only, so a bfloat16
+    array is written as its uint16 bits (read back with .view(the saved moment dtype))."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
 def load_moments(optimizer, params, moments, defaults):
     """Set the optimizer from whole (local-shaped) moments {name: (step, exp_avg, exp_avg_sq)}
     and the saved hyper-parameters."""
@@ -94,8 +113,9 @@ def load_moments(optimizer, params, moments, defaults):
     for i, p in enumerate(optimizer.params):
         if names[id(p)] in moments:
             step, exp_avg, exp_avg_sq = moments[names[id(p)]]
-            optimizer.state[i] = {"step": step, "exp_avg": np.array(exp_avg, dtype=p.dtype),
-                                  "exp_avg_sq": np.array(exp_avg_sq, dtype=p.dtype)}
+            dtype = optimizer.moments_dtype(p)  # the optimizer's setting: a saved moment is converted to it
+            optimizer.state[i] = {"step": step, "exp_avg": np.array(exp_avg, dtype=dtype),
+                                  "exp_avg_sq": np.array(exp_avg_sq, dtype=dtype)}
 
 
 def generators_in(value):

@@ -81,9 +81,10 @@ class FullyShardedDataParallel(DataParallel):
             self.sharding.finish()  # every backward gather issued before waiting for the reduce-scatters
         super().reduce_buckets()
 
-    def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    def configure_optimizer(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, moment_dtype=None):
         trainable = [p for p in self.module.parameters() if p.requires_grad]
-        return ZeroOptimizer(trainable, self.group, lr, betas, eps, weight_decay, self.stage, self.reducer.buckets)
+        return ZeroOptimizer(trainable, self.group, lr, betas, eps, weight_decay, self.stage, self.reducer.buckets,
+                             moment_dtype=moment_dtype)
 
     def full_parameters(self, writeback=False):
         return self.sharding.full_parameters(writeback) if self.sharding else contextlib.nullcontext()

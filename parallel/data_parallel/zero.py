@@ -32,6 +32,7 @@ gradient contributes zeros, so every rank stays in lockstep.
 """
 import numpy as np
 
+from minitensor.narrow_moments import moment_dtype_of
 from minitensor.optim import Optimizer, adamw_update
 
 from .ddp import broadcast_parameters
@@ -59,10 +60,12 @@ class ZeroOptimizer(Optimizer):
     2's under a mixed precision policy) also hold the authoritative `param_shard`, which the
     step updates in place. Each bucket is n equal chunks; this rank's moments are its chunk
     of every bucket, end to end, in bucket order, in the gradients' dtype (float32 when the
-    parameters compute in 16 bits: the shards are then the float32 master weights)."""
+    parameters compute in 16 bits: the shards are then the float32 master weights), or in
+    `moment_dtype` (AdamW's: "bfloat16" keeps 2 bytes per moment; rounding each element is
+    elementwise, so the shards step exactly as one device's AdamW with the same setting)."""
 
     def __init__(self, params, group, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 stage=1, buckets=None, sections=None):
+                 stage=1, buckets=None, sections=None, moment_dtype=None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         if stage not in STAGES:
             raise ValueError(f"ZeroOptimizer: stage={stage!r} is not one of {STAGES}")
@@ -88,8 +91,8 @@ class ZeroOptimizer(Optimizer):
         self.shard_size = sum(b.shard_size for b in buckets)
         ends = np.cumsum([b.shard_size for b in buckets])
         self.state_slices = [slice(end - b.shard_size, end) for b, end in zip(buckets, ends)]
-        dtype = buckets[0].grad_shard.dtype if stage > 1 else self.flat_params[0].dtype
-        self.step_count = 0
+        dtype = moment_dtype_of(moment_dtype, buckets[0].grad_shard.dtype if stage > 1 else self.flat_params[0].dtype)
+        self.moment_dtype, self.step_count = moment_dtype, 0
         self.exp_avg = np.zeros(self.shard_size, dtype)
         self.exp_avg_sq = np.zeros(self.shard_size, dtype)
 

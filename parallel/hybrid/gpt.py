@@ -34,7 +34,8 @@ chunk of the float32 masters (`param_shard`, which ZeroOptimizer steps beside it
 moments) and of their float32 gradient (`grad_shard`); ZeRO-3 gathers a 16-bit copy of
 the chunk (`compute_shard`), ZeRO-2 all-gathers the rounded chunks into the 16-bit
 parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp) under
-ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments).
+ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments; 2 + 4 + 8 with the
+policy's moment_dtype "bfloat16": AdamW's moments in bfloat16, minitensor.narrow_moments).
 Under an FP8 recipe (`precision="fp8-delayed"` or `"fp8-blockwise"`, minitensor.fp8) the blocks'
 linears multiply FP8 operands; the amaxes are MAX-reduced over tp and dp × cp once per step, so
 every layout casts with one device's scales.

@@ -4,7 +4,8 @@ Every rank of a replica section (sections.py: dp × cp, and a mixture of experts
 copy of the same parameters and computes gradients on its own data. One object decides
 how they become one model again, behind one small interface that HybridGPT calls:
 
-    optimizer(masters, lr, ...)    the optimizer that steps this rank's masters (or shards)
+    optimizer(masters, lr, ...)    the optimizer that steps this rank's masters (or shards), its
+                                   moments in the policy's dtype (amp.policy.moment_dtype)
     after_batch()                  after each global batch's schedule
     finish(accumulated)            the gradients of `accumulated` batches reduced, ready to step
     after_step(stepped)            after the optimizer step; True if it moved the masters again
@@ -71,7 +72,7 @@ class ReplicaSync:
         self.amp.grads_to_master(divisor=accumulated)
 
     def optimizer(self, lr, betas, eps, weight_decay):
-        return AdamW(self.amp.masters, lr, betas, eps, weight_decay)
+        return AdamW(self.amp.masters, lr, betas, eps, weight_decay, self.amp.policy.moment_dtype)
 
     def after_batch(self):
         """Nothing to do between batches: the reductions wait for finish()."""
@@ -163,7 +164,7 @@ class ShardedMoments(ReplicaSync):
     def optimizer(self, lr, betas, eps, weight_decay):
         sections = [(s.params, s.group, s.divisor) for s in self.sections]
         optimizer = ZeroOptimizer(self.amp.masters, self.mesh.dp_cp_group, lr, betas, eps, weight_decay,
-                                  sections=sections)
+                                  sections=sections, moment_dtype=self.amp.policy.moment_dtype)
         self.amp.masters_to_params()  # it broadcast each section's rank 0 masters: the compute copies follow
         return optimizer
 

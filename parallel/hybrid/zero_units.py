@@ -64,7 +64,7 @@ class ShardedGradients(ReplicaSync):
 
     def optimizer(self, lr, betas, eps, weight_decay):
         return ZeroOptimizer(self.amp.masters, self.mesh.dp_cp_group, lr, betas, eps, weight_decay, self.zero,
-                             self.buckets)
+                             self.buckets, moment_dtype=self.amp.policy.moment_dtype)
 
     def watch_gradients(self):
         """A hook on every bucketed parameter counts its gradients in this global batch's

@@ -25,7 +25,7 @@ from minitensor.models.bert import BertConfig
 
 from . import cluster_cli
 from .flags import LIMITS, MAX_MEASURED_BYTES, POSITIVE_INTS, build_parser
-from .layout import Layout, get_precision
+from .layout import BF16_MOMENTS, Layout, get_precision
 from .memory import memory_per_rank, micro_batch_size
 from .model import DEFAULT_BATCH, GPTConfig, dense_param_count, get_config, has_experts
 from .moe import active_param_count, expert_fields
@@ -119,7 +119,8 @@ def main(argv=None):
     except ValueError as error:
         parser.error(f"--device {args.device}: {error}")
     try:
-        dtype = resolve_dtype(args.dtype, profile)
+        dtype = resolve_dtype(args.dtype, profile) + (BF16_MOMENTS if args.moment_dtype == "bfloat16" else "")
+        get_precision(dtype)  # a dtype the bfloat16 moments cannot go with: one line, before any search
         if args.longest_sequence:
             return print_longest_sequences(config, args, batch, profile, dtype)
         result = plan(config, args.devices, batch, profile, args.mem_per_device, dtype,
@@ -138,7 +139,7 @@ def main(argv=None):
           f"schedule {args.schedule}")
     print(f"dtype {dtype}: {precision.param_bytes} + {precision.grad_bytes} + "
           f"{precision.optim_bytes + precision.master_bytes} bytes per parameter (params + grads + AdamW"
-          f"{' with fp32 master' if dtype in ('mixed', 'fp16', 'bf16') else ''}), "
+          f"{' with fp32 master' if dtype.split('+')[0] in ('mixed', 'fp16', 'bf16') else ''}), "
           f"activations {precision.activation_bytes} bytes per element")
     print(f"{len(result.ranked)} layouts fit; rejected: " +
           (", ".join(f"{n} {why}" for why, n in result.rejected.items()) or "none"))

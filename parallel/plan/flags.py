@@ -75,6 +75,9 @@ def build_parser():
                         "fp16/bf16/fp8-*: the precision policy as `python -m parallel.train --precision` keeps it "
                         "(fp16/bf16: +4 bytes of fp32 master gradient; fp8: the blocks' linears at the device's "
                         "float8 peak, e.g. --device h100-80gb); auto = mixed if the device has 16-bit flops, else float32")
+    parser.add_argument("--moment-dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="AdamW's two moments: float32 (default; the masters' dtype) or bfloat16, 2 bytes each "
+                        "(parallel.train --moment-dtype; with a policy --dtype, fp32 or float32/float64)")
     parser.add_argument("--attention", choices=KERNELS, default="dense",
                         help="attention kernel: flash keeps no T×T probabilities (activation memory only)")
     parser.add_argument("--schedule", choices=SCHEDULES + ("any",), default="1f1b",

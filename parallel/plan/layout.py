@@ -3,11 +3,12 @@
 Rank coordinates are `parallel.Mesh`'s (`mesh.coords_of`): tp ranks adjacent
 (fastest-varying), then cp, then dp, then pp.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from minitensor.amp import POLICIES, PrecisionPolicy, precision_policy
+from minitensor.narrow_moments import moment_dtype_of
 from minitensor.nn.attention_kernels import KERNELS
 
 from ..mesh import coords_of
@@ -47,9 +48,20 @@ PRECISIONS = {
 }
 
 
+BF16_MOMENTS = "+bf16-moments"  # a dtype name's suffix: AdamW's moments in bfloat16 (parallel.train --moment-dtype)
+
+
 def get_precision(name):
     """A planner dtype name (float32, float64, mixed), or a precision policy (minitensor.amp's
-    PrecisionPolicy or its name: fp64, fp32, fp16, bf16), costed as HybridGPT holds it."""
+    PrecisionPolicy or its name: fp64, fp32, fp16, bf16), costed as HybridGPT holds it; a name
+    ending in BF16_MOMENTS ("bf16+bf16-moments", "float32+bf16-moments") keeps the moments in bfloat16."""
+    if isinstance(name, str) and name.endswith(BF16_MOMENTS):
+        base = name[:-len(BF16_MOMENTS)]
+        if base not in POLICIES and base not in ("float32", "float64"):
+            raise ValueError(f"dtype {name!r}: bfloat16 moments need a policy ({', '.join(POLICIES)}) or float32 or "
+                             f"float64, not {base!r} (mixed is the paper's 2 + 2 + 12 bytes: give bf16 or fp16)")
+        policy = precision_policy({"float32": "fp32", "float64": "fp64"}.get(base, base))
+        return policy_precision(replace(policy, moment_dtype="bfloat16"))
     if isinstance(name, PrecisionPolicy) or name in POLICIES:
         return policy_precision(precision_policy(name) if isinstance(name, str) else name)
     if name not in PRECISIONS:
@@ -63,17 +75,20 @@ def policy_precision(policy):
     AdamW moments) plus the 4-byte master gradient the float32 reduction needs (Megatron's
     main_grad): 20. Under ZeRO-1 only the moments are sharded here (the masters stay whole);
     ZeRO-2/3 shard the masters too and keep only the float32 gradient chunk (memory.py).
-    Uniform: the dtype's weight, gradient and two moments. An FP8 recipe keeps the uniform
+    Uniform: the dtype's weight, gradient and two moments. The policy's moment_dtype bfloat16
+    keeps the two moments in 2 bytes each (minitensor.narrow_moments): the optimizer state beside
+    float32 masters goes from 4 + 8 = 12 to 4 + 4 = 8 bytes per parameter. An FP8 recipe keeps the uniform
     policy's bytes (its FP8 operands are cast per product and freed) and runs the blocks'
     linear products at the device's float8 peak: a device without one (an A100) has no FP8."""
     compute, master = np.dtype(policy.compute_dtype).itemsize, np.dtype(policy.master_dtype).itemsize
+    moments = 2 * moment_dtype_of(policy.moment_dtype, policy.master_dtype).itemsize  # bfloat16 moments: 2 + 2
     # 16-bit GEMMs run at the device's 16-bit peak; a CPU lists none, and there minitensor
     # multiplies 16-bit matrices in float32 BLAS (minitensor.dtypes): its float32 peak.
     flops = ("bfloat16", "float16", "float32") if policy.mixed else (str(np.dtype(policy.compute_dtype)),)
     if policy.mixed:
-        return Precision(policy.name, compute, compute + master, 2 * master, compute, flops, master_bytes=master,
+        return Precision(policy.name, compute, compute + master, moments, compute, flops, master_bytes=master,
                          reduce_bytes=np.dtype(policy.reduce_dtype).itemsize)
-    return Precision(policy.name, master, master, 2 * master, master, flops,
+    return Precision(policy.name, master, master, moments, master, flops,
                      fp8_flops_keys=("float8",) if policy.fp8 is not None else ())
 
 

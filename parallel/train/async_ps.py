@@ -24,7 +24,7 @@ def train_parameter_server(args, learning_rate, say):
                        n_head=args.n_head, d_model=args.d_model)
     mt.manual_seed(args.seed)
     gpt = GPT(config, dtype=np.dtype(args.dtype))
-    optimizer = AdamW(gpt.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = AdamW(gpt.parameters(), lr=args.lr, weight_decay=args.weight_decay, moment_dtype=args.moment_dtype)
     workers, rows = args.dp, args.batch // args.dp
     tau = staleness_schedule(scripted_delays(args.seed, workers, args.steps), args.async_staleness)
 

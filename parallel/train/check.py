@@ -49,7 +49,8 @@ class SingleDeviceCheck:
             mt.manual_seed(args.seed)
             self.model = parallel_model.dense_class(parallel_model.config, dtype=np.dtype(args.dtype))
             self.amp = MixedPrecision(self.model.parameters(), precision_of(args), model=self.model)
-            self.optimizer = AdamW(self.amp.masters, lr=args.lr, weight_decay=args.weight_decay)
+            self.optimizer = AdamW(self.amp.masters, lr=args.lr, weight_decay=args.weight_decay,
+                                   moment_dtype=self.amp.policy.moment_dtype)  # the same policy's moments
             self.updates = [update for module in self.model.modules() for update in module.step_updates()]
         self.tolerance, self.noise_floor = TOLERANCES[args.precision], NOISE_FLOORS[args.precision]
 

@@ -38,6 +38,7 @@ EXAMPLES = """examples:
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
   python -m parallel.train --threads 4 --dp 2 --tp 2 --precision fp8-delayed --check  # same FP8 recipe, 1e-9
+  python -m parallel.train --threads 4 --dp 4 --zero 3 --moment-dtype bfloat16 --check  # AdamW's moments in bf16
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
 step N the newest two at or below N are kept, and a checkpoint newer than N is never
@@ -96,6 +97,10 @@ def build_parser():
                        help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
                             "reduction; fp16 with dynamic loss scaling (minitensor.amp). fp8-*: the blocks' "
                             "linears multiply FP8 operands (minitensor.fp8), the rest stays in --dtype. Default fp32")
+    train.add_argument("--moment-dtype", metavar="DTYPE",
+                       help="float32 or bfloat16: the dtype AdamW keeps its two moments in (DeepSeek-V3's bf16 "
+                            "moments, Megatron-LM's --exp-avg-dtype; the update is computed in the masters' dtype). "
+                            "Default: the master weights' dtype"),
     train.add_argument("--fp8-history", type=int, default=16, metavar="N",
                        help="fp8-delayed: steps of amax history (default 16)")
     train.add_argument("--fp8-margin", type=int, default=0, metavar="M", help="fp8-delayed: scale = max/amax/2^M")

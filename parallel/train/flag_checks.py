@@ -2,6 +2,7 @@
 the training dtype (FLOAT_FLAGS) and in combination (check_args), each error one message
 that names the values."""
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "ac
                             "fp8_tile"), AT_LEAST_1), "fp8_margin": AT_LEAST_0,
           "experts": AT_LEAST_0, "shared_experts": AT_LEAST_0, "expert_bias_rate": NON_NEGATIVE, "capacity_factor": POSITIVE, "aux_loss_coef": NON_NEGATIVE,
           "z_loss_coef": NON_NEGATIVE,
+          "moment_dtype": ("float32 or bfloat16 (AdamW's moments; leave it out for the masters' dtype)",
+                           lambda v: v in ("float32", "bfloat16")),
           "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "outer_lr": POSITIVE,
           "outer_momentum": ("a finite number in [0, 1)", lambda v: 0 <= v < 1),
           **dict.fromkeys(("warmup", "seed", "eval_every", "save_every", "log_every", "async_staleness"),
@@ -141,12 +144,13 @@ def check_dualpipe_args(args):
 
 
 def precision_of(args):
-    """The precision policy the flags name (an FP8 recipe with its settings, in --dtype)."""
+    """The precision policy the flags name (an FP8 recipe with its settings, in --dtype; AdamW's
+    moments in --moment-dtype)."""
     if not args.precision.startswith("fp8-"):
-        return precision_policy(args.precision)
-    return precision_policy(args.precision, args.dtype, **({"tile": args.fp8_tile} if args.precision == "fp8-blockwise"
-                                                           else {"history": args.fp8_history, "margin": args.fp8_margin,
-                                                                 "amax_compute": args.fp8_amax}))
+        return replace(precision_policy(args.precision), moment_dtype=args.moment_dtype)
+    recipe = ({"tile": args.fp8_tile} if args.precision == "fp8-blockwise"
+              else {"history": args.fp8_history, "margin": args.fp8_margin, "amax_compute": args.fp8_amax})
+    return replace(precision_policy(args.precision, args.dtype, **recipe), moment_dtype=args.moment_dtype)
 
 
 def check_fp8_args(args):

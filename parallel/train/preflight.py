@@ -89,12 +89,19 @@ def resume_manifest(args, config):
 
 
 def precision_notice(args, manifest):
-    """One line if the resumed run computed under another --precision (allowed: the masters are alike)."""
+    """One line if the resumed run computed under another --precision (allowed: the masters are alike),
+    one if it kept AdamW's moments in another dtype (converted: minitensor.narrow_moments)."""
     saved = (manifest or {}).get("extra", {}).get("args", {}).get("precision")
-    if saved is None or saved == args.precision:
-        return []
-    return [f"note: --resume {args.resume} was trained under --precision {saved}; this run continues under "
-            f"{args.precision}"]
+    notes = [] if saved is None or saved == args.precision else [
+        f"note: --resume {args.resume} was trained under --precision {saved}; this run continues under "
+        f"{args.precision}"]
+    moments = (manifest or {}).get("optimizer", {}).get("moment_dtype")
+    ours = args.moment_dtype or ("float32" if args.precision in ("fp16", "bf16") else args.dtype)
+    if moments is not None and moments != ours:
+        how = "exactly" if moments == "bfloat16" else "rounded to nearest even"
+        notes.append(f"note: --resume {args.resume} kept AdamW's moments in {moments}; this run keeps them in "
+                     f"{ours}, converted {how}")
+    return notes
 
 
 def in_the_way_after(args):

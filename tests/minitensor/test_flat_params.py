@@ -14,6 +14,7 @@ from minitensor.optim import SGD, AdamW
 CONFIG = GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, d_model=8)
 OPTIMIZERS = {
     "adamw": lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "adamw-bf16-moments": lambda ps: AdamW(ps, lr=1e-2, weight_decay=0.1, moment_dtype="bfloat16"),
     "sgd": lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
     "sgd-plain": lambda ps: SGD(ps, lr=0.1),
 }

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minitensor.amp import precision_policy
 from minitensor.models.gpt import GPTConfig
 from parallel import run_threads
 from parallel.checkpoint import CheckpointError, check_layout, load_checkpoint, open_manifest, save_checkpoint
@@ -127,6 +128,19 @@ def test_a_zero_3_checkpoint_of_dp4_resumes_in_other_layouts(tmp_path, target):
     second, meta = resume(tmp_path, target, STEPS)
     assert meta["resharded"]
     assert_close(first + second, uninterrupted)
+
+
+@pytest.mark.parametrize("target", [(2, 2, 1, 0), (2, 1, 2, 2)], ids=["dp2-tp2", "dp2-pp2-zero2"])
+def test_a_zero_3_checkpoint_with_bf16_moments_resumes_in_other_layouts(tmp_path, target):
+    """The bfloat16 moments saved as such (their bits) reshard like any: the run continues as one
+    device keeping bfloat16 moments, which differs from float64 moments' run."""
+    bf16 = dataclasses.replace(precision_policy("fp64"), moment_dtype="bfloat16")
+    uninterrupted = train_dense(STEPS, moment_dtype="bfloat16")
+    first = save_after(tmp_path, (4, 1, 1, 3), STEPS // 2, precision=bf16)
+    second, meta = resume(tmp_path, target, STEPS, precision=bf16)
+    assert meta["resharded"] and meta["manifest"]["optimizer"]["moment_dtype"] == "bfloat16"
+    assert_close(first + second, uninterrupted)
+    assert max(abs(a - b) for a, b in zip(uninterrupted, train_dense(STEPS))) > 1e-9
 
 
 def test_zero_2_and_3_resume_in_the_same_layout_bitwise(tmp_path):

@@ -28,6 +28,15 @@ def test_promotion_every_128_keeps_the_error_flat_while_the_limited_accumulator_
     assert max(b for _, _, b in rows) <= rows[0][2] * 1.01  # promoted: no worse than one 128-long sum
 
 
+def test_bf16_moments_save_4_bytes_per_parameter_and_train_alike():
+    out = run_script(CH23 + "bf16_moments.py", "--steps", "20", timeout=300)
+    assert re.findall(r"beside float32 masters (\d+) bytes per parameter \(planner\), the moments AdamW holds (\d+)",
+                      out) == [("12", "8"), ("8", "4")]
+    first = re.findall(r"loss after step 1 (\S+),", out)
+    assert len(first) == 2 and first[0] == first[1]  # the first step read its moments unrounded
+    assert abs(number_after("gap bfloat16 - float32 moments:", out)) < 0.01
+
+
 @pytest.mark.deep
 def test_bf16_and_the_two_fp8_recipes_train_the_addition_gpt_alike():
     out = run_script(CH23 + "loss_curves.py", "--steps", "20", timeout=300)

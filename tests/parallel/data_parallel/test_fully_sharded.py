@@ -16,7 +16,7 @@ from parallel import DataParallel, FullyShardedDataParallel, HybridGPT, Mesh, ru
 from parallel.data_parallel.gather_order import check_gathers, gathers_due
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mpi_scripts"))
-from dp_common import check_fully_sharded, make_data, run_fully_sharded, run_single  # noqa: E402
+from dp_common import check_fully_sharded, make_data, run_fully_sharded, run_single, run_zero  # noqa: E402
 from helpers import assert_close  # noqa: E402
 from hybrid_common import check_against_single, make_batches, make_model, run_hybrid  # noqa: E402
 from hybrid_common import run_single as run_single_gpt  # noqa: E402
@@ -44,6 +44,22 @@ def test_frozen_tied_and_twice_used_parameters_equal_adamw_on_one_device(n, micr
 @pytest.mark.parametrize("stage", [2, 3])
 def test_gpt_equals_adamw_on_one_device(stage):
     train_and_check("gpt", 11, 3, micro=2, stage=stage)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_bf16_moments_equal_one_device_keeping_bf16_moments(stage):
+    """ZeroOptimizer (stage 1) and FSDP (2, 3) with bfloat16 moments: one device's AdamW with the
+    same moments (the store rounds each element alone), half the moment bytes of float64's / 4."""
+    data = make_data(5, 2, 1, 2, STEPS)
+    ref, wide = run_single("gpt", 5, data, "bfloat16"), run_single("gpt", 5, data)
+    run = run_zero if stage == 1 else lambda *a, **k: run_fully_sharded(*a, stage=stage, **k)
+    runs = run_threads(2, lambda: run(parallel.world(), "gpt", 5, data, 1, moment_dtype="bfloat16"), timeout=60)
+    for result in runs:
+        for name, value in ref["final"].items():
+            assert_close(result["final"][name], value, f"{name} after {STEPS} steps")
+        held = result["state_bytes"] if stage == 1 else result["memory"]["optim"]
+        assert abs(held - ref["state_bytes"] / 2) <= 2 * 2  # each rank: half the bf16 moments, up to the padding
+    assert max(float(np.abs(wide["final"][n] - v).max()) for n, v in ref["final"].items()) > 1e-6
 
 
 @settings(max_examples=12)  # each example trains up to 8 threads x 3 steps

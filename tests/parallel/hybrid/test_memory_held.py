@@ -10,6 +10,7 @@ optimizer state: what the planner counts) and after optimizer_step (gradients ze
 """
 import functools
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import minitensor as mt
 import parallel
 from minitensor import dtypes
+from minitensor.amp import precision_policy
 from minitensor.models.gpt import GPT, GPTConfig
 from minitensor.optim import AdamW
 from parallel import DataParallel, HybridGPT, Mesh, ZeroOptimizer, run_threads
@@ -117,15 +119,24 @@ DEEPSEEK = GPTConfig(vocab_size=12, block_size=8, n_layer=2, n_head=2, d_model=1
 
 # (layout, precision): a mixture of experts trains in float32 only (a 16-bit policy is refused: routing
 # would differ by layout)
+# would differ by layout); bfloat16 AdamW moments (the policy's moment_dtype) are 2 bytes each
 LAYOUTS = [({}, "fp32"), pytest.param({}, "bf16", marks=needs_bf16), ({"config": MOE, "dp": 4, "ep": 2}, "fp32"),
-           ({"config": MOE, "dp": 2, "cp": 2, "ep": 2}, "fp32"), ({"config": DEEPSEEK, "dp": 4, "ep": 2}, "fp32")]
+           ({"config": MOE, "dp": 2, "cp": 2, "ep": 2}, "fp32"), ({"config": DEEPSEEK, "dp": 4, "ep": 2}, "fp32"),
+           pytest.param({}, "fp32+bf16-moments", marks=needs_bf16), pytest.param({}, "bf16+bf16-moments", marks=needs_bf16)]
+
+
+def policy_named(name):
+    """"fp32", or "fp32+bf16-moments": the policy with its AdamW moments in bfloat16."""
+    name, _, moments = name.partition("+")
+    return replace(precision_policy(name), moment_dtype="bfloat16") if moments else name
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("layout, precision", LAYOUTS, ids=["dense", "dense-bf16", "experts", "experts-cp", "deepseek"])
+@pytest.mark.parametrize("layout, precision", LAYOUTS, ids=["dense", "dense-bf16", "experts", "experts-cp", "deepseek",
+                                                            "dense-bf16-moments", "dense-bf16-bf16-moments"])
 def test_the_arrays_reachable_between_steps_are_memory_bytes_and_the_planners_figure(stage, precision, layout):
     for rank, ((walked, memory), (walked_after, memory_after), planner) in enumerate(
-            held_between_steps(stage, precision, **layout)):
+            held_between_steps(stage, policy_named(precision), **layout)):
         where = f"rank {rank}, ZeRO-{stage}, {precision}"
         assert {k: memory[k] for k in KINDS} == planner, where
         assert walked == sum(memory[k] for k in KINDS) == sum(planner.values()), where

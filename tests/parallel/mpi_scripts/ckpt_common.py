@@ -41,10 +41,10 @@ def train(model, steps, config=CONFIG):
     return losses
 
 
-def train_dense(steps, config=CONFIG):
-    """The single-device reference: the dense float64 GPT with AdamW, from step 0."""
+def train_dense(steps, config=CONFIG, moment_dtype=None):
+    """The single-device reference: the dense float64 GPT with AdamW (its moments in `moment_dtype`), from step 0."""
     model = dense_gpt(config)
-    optimizer = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    optimizer = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, moment_dtype=moment_dtype)
     losses = []
     for step in range(steps):
         optimizer.zero_grad()

@@ -81,12 +81,13 @@ def trainable_numel(model):
     return sum(p.size for p in model.parameters() if p.requires_grad)
 
 
-def run_single(model_name, seed, data):
-    """The reference: one device, whole batch. Returns initial params, per-step losses and grads, final params."""
+def run_single(model_name, seed, data, moment_dtype=None):
+    """The reference: one device, whole batch (AdamW's moments in `moment_dtype`). Returns initial params,
+    per-step losses and grads, final params."""
     mt.manual_seed(seed)
     model = MODELS[model_name]()
     initial = model.state_dict()
-    opt = AdamW(model.parameters(), LR, BETAS, EPS, WEIGHT_DECAY)
+    opt = AdamW(model.parameters(), LR, BETAS, EPS, WEIGHT_DECAY, moment_dtype)
     losses, grads = [], []
     for idx, targets in data:
         opt.zero_grad()
@@ -143,12 +144,12 @@ def run_data_parallel(group, model_name, seed, data, micro, bucket_mb, overlap, 
                 stats=stats, replicas=gather_params(group, model))
 
 
-def run_zero(group, model_name, seed, data, micro):
+def run_zero(group, model_name, seed, data, micro, moment_dtype=None):
     """ZeroOptimizer on the plain model (no DataParallel: the optimizer reduces the gradients)."""
     rank, n = group.rank, group.size
     mt.manual_seed(seed + 1000 * rank)
     model = MODELS[model_name]()
-    opt = ZeroOptimizer(model.parameters(), group, LR, BETAS, EPS, WEIGHT_DECAY)
+    opt = ZeroOptimizer(model.parameters(), group, LR, BETAS, EPS, WEIGHT_DECAY, moment_dtype=moment_dtype)
     initial = model.state_dict()
     group.reset_stats()
     losses, grad_shards = [], []
@@ -231,7 +232,7 @@ def check_zero(run, ref, n, steps):
 UNITS = {"tiny": ["twice", "fc", "proj", "ln"], "gpt": ["tok_emb", "blocks.0", "blocks.1", "ln_f", "lm_head"]}
 
 
-def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1):
+def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1, moment_dtype=None):
     """FullyShardedDataParallel (stage 2 or 3) on this rank, seeded differently from every
     other rank; the first micro-1 micro-steps under no_sync. Records the gathered gradients,
     the counted communication and the bytes the rank holds after the last step."""
@@ -243,7 +244,7 @@ def run_fully_sharded(group, model_name, seed, data, micro, stage, prefetch=1):
     model = MODELS[model_name]()
     fsdp = FullyShardedDataParallel(model, group, stage=stage, units=UNITS[model_name] if stage == 3 else (),
                                     prefetch=prefetch)
-    opt = fsdp.configure_optimizer(LR, BETAS, EPS, WEIGHT_DECAY)
+    opt = fsdp.configure_optimizer(LR, BETAS, EPS, WEIGHT_DECAY, moment_dtype)
     initial = fsdp.full_state_dict()
     groups = [group] + (fsdp.sharding.groups if fsdp.sharding else [])
 

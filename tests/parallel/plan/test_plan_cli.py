@@ -112,3 +112,12 @@ def test_simulate_adds_the_replayed_schedules_prediction_of_the_top_rows():
     assert table[1].split() == ["#", "layout", "m", "closed", "s", "simulated", "s"]
     assert [row.split()[0] for row in table[2:]] == ["1", "2"]
     assert all(float(row.split()[-1]) > 0 for row in table[2:])
+
+
+def test_bf16_moments_print_8_bytes_of_optimizer_state_and_mixed_is_refused_in_one_line():
+    done = run("--config", "medium", "--devices", "8", "--device", "a100-80gb", "--dtype", "bf16", "--moment-dtype",
+               "bfloat16", "--top", "1")
+    assert done.returncode == 0 and "dtype bf16+bf16-moments: 2 + 6 + 8 bytes per parameter" in done.stdout
+    done = run("--config", "medium", "--devices", "8", "--device", "a100-80gb", "--dtype", "mixed", "--moment-dtype",
+               "bfloat16")
+    assert done.returncode == 2 and "bfloat16 moments need a policy" in done.stderr.splitlines()[-1]

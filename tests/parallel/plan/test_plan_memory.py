@@ -25,6 +25,19 @@ SMALL = get_config("small")
 GPT3 = get_config("gpt3-175b")
 
 
+@pytest.mark.skipif(dtypes.bfloat16 is None, reason="!!! ml_dtypes is NOT installed: this test did NOT run !!!")
+def test_bf16_moments_take_the_optimizer_state_from_12_to_8_bytes_beside_float32_masters():
+    p = 421376
+    for policy, params, grads in (("bf16", 2, 6), ("float32", 4, 4), ("fp8-delayed", 4, 4)):
+        wide, narrow = (param_bytes_per_rank(SMALL, 1, 1, 1, dtype=policy + suffix) for suffix in ("", "+bf16-moments"))
+        assert wide["params"] == narrow["params"] == params * p and wide["grads"] == narrow["grads"] == grads * p
+        assert (wide["optim"], narrow["optim"]) == ((12 if policy == "bf16" else 8) * p, (8 if policy == "bf16" else 4) * p)
+    zero3 = param_bytes_per_rank(SMALL, 4, 1, 1, dtype="bf16+bf16-moments", zero=3)
+    assert zero3["optim"] == sum(-(-n // 4) for n in unit_param_counts(SMALL, 1, 1, 0)) * 8  # masters + moments / 4
+    with pytest.raises(ValueError, match="bfloat16 moments need a policy"):
+        param_bytes_per_rank(SMALL, 1, 1, 1, dtype="mixed+bf16-moments")
+
+
 def test_float32_float64_and_mixed_bytes_per_parameter():
     p = 421376
     assert param_bytes_per_rank(SMALL, 1, 1, 1) == {"params": 4 * p, "grads": 4 * p, "optim": 8 * p}
