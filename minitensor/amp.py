@@ -71,32 +71,33 @@ class PrecisionPolicy:
         return GradScaler(enabled=self.loss_scaling, **settings)
 
 
-def _uniform(name, dtype):
-    return PrecisionPolicy(name, np.dtype(dtype), np.dtype(dtype), np.dtype(dtype))
+def _uniform(name, dtype, moment_dtype=None):
+    return PrecisionPolicy(name, np.dtype(dtype), np.dtype(dtype), np.dtype(dtype), moment_dtype=moment_dtype)
 
 
 POLICIES = ("fp64", "fp32", "fp16", "bf16", "fp8-current", "fp8-delayed", "fp8-blockwise")
 
 
-def precision_policy(name, dtype=dtypes.float32, **fp8_settings):
-    """The policy called `name`: fp64 and fp32 compute, keep and reduce in one dtype (fp64 is
-    the tests' reference); fp16 computes in float16 with loss scaling; bf16 in bfloat16;
-    fp8-* keep `dtype` throughout but for the blocks' products (fp8_settings: the recipe's)."""
+def precision_policy(name, dtype=dtypes.float32, moment_dtype=None, **fp8_settings):
+    """The policy called `name`: fp64 and fp32 compute, keep and reduce in one dtype (fp64 is the tests'
+    reference); fp16 computes in float16 with loss scaling; bf16 in bfloat16; fp8-* keep `dtype` throughout
+    but for the blocks' products (fp8_settings: the recipe's). `moment_dtype`: AdamW's moments (narrow_moments)."""
+    if fp8_settings and not name.startswith("fp8-"):
+        raise ValueError(f"precision {name!r} has no FP8 recipe to take {sorted(fp8_settings)}")
     if name.startswith("fp8-") and name in POLICIES:
         from minitensor.fp8.recipe import Fp8Recipe  # noqa: I001  (the FP8 package loads only when used)
         return PrecisionPolicy(name, np.dtype(dtype), np.dtype(dtype), np.dtype(dtype),
-                               fp8=Fp8Recipe(name[4:], **fp8_settings))
-    if name == "fp64":
-        return _uniform("fp64", dtypes.float64)
-    if name == "fp32":
-        return _uniform("fp32", dtypes.float32)
+                               fp8=Fp8Recipe(name[4:], **fp8_settings), moment_dtype=moment_dtype)
+    if name in ("fp64", "fp32"):
+        return _uniform(name, dtypes.float64 if name == "fp64" else dtypes.float32, moment_dtype)
     if name == "fp16":
         return PrecisionPolicy("fp16", np.dtype(dtypes.float16), np.dtype(dtypes.float32), np.dtype(dtypes.float32),
-                               loss_scaling=True)
+                               loss_scaling=True, moment_dtype=moment_dtype)
     if name == "bf16":
         if dtypes.bfloat16 is None:
             raise ValueError("precision bf16 needs the ml_dtypes package: pip install -e '.[bf16]'")
-        return PrecisionPolicy("bf16", np.dtype(dtypes.bfloat16), np.dtype(dtypes.float32), np.dtype(dtypes.float32))
+        return PrecisionPolicy("bf16", np.dtype(dtypes.bfloat16), np.dtype(dtypes.float32), np.dtype(dtypes.float32),
+                               moment_dtype=moment_dtype)
     raise ValueError(f"precision {name!r} is not one of {POLICIES}")
 
 

@@ -3,7 +3,7 @@
 Rank coordinates are `parallel.Mesh`'s (`mesh.coords_of`): tp ranks adjacent
 (fastest-varying), then cp, then dp, then pp.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,8 +60,8 @@ def get_precision(name):
         if base not in POLICIES and base not in ("float32", "float64"):
             raise ValueError(f"dtype {name!r}: bfloat16 moments need a policy ({', '.join(POLICIES)}) or float32 or "
                              f"float64, not {base!r} (mixed is the paper's 2 + 2 + 12 bytes: give bf16 or fp16)")
-        policy = precision_policy({"float32": "fp32", "float64": "fp64"}.get(base, base))
-        return policy_precision(replace(policy, moment_dtype="bfloat16"))
+        return policy_precision(precision_policy({"float32": "fp32", "float64": "fp64"}.get(base, base),
+                                                 moment_dtype="bfloat16"))
     if isinstance(name, PrecisionPolicy) or name in POLICIES:
         return policy_precision(precision_policy(name) if isinstance(name, str) else name)
     if name not in PRECISIONS:

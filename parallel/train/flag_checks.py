@@ -2,7 +2,6 @@
 the training dtype (FLOAT_FLAGS) and in combination (check_args), each error one message
 that names the values."""
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -147,10 +146,10 @@ def precision_of(args):
     """The precision policy the flags name (an FP8 recipe with its settings, in --dtype; AdamW's
     moments in --moment-dtype)."""
     if not args.precision.startswith("fp8-"):
-        return replace(precision_policy(args.precision), moment_dtype=args.moment_dtype)
+        return precision_policy(args.precision, moment_dtype=args.moment_dtype)
     recipe = ({"tile": args.fp8_tile} if args.precision == "fp8-blockwise"
               else {"history": args.fp8_history, "margin": args.fp8_margin, "amax_compute": args.fp8_amax})
-    return replace(precision_policy(args.precision, args.dtype, **recipe), moment_dtype=args.moment_dtype)
+    return precision_policy(args.precision, args.dtype, args.moment_dtype, **recipe)
 
 
 def check_fp8_args(args):

@@ -174,6 +174,15 @@ def test_a_policy_needs_the_model_in_its_master_dtype_and_a_known_name():
         precision_policy("fp8")
 
 
+@pytest.mark.parametrize("name", ["fp64", "fp32", "fp16", "bf16", "fp8-delayed"])
+def test_every_policy_takes_the_moments_dtype_and_only_fp8_takes_a_recipe(name):
+    assert precision_policy(name, moment_dtype="bfloat16").moment_dtype == "bfloat16"
+    assert precision_policy(name).moment_dtype is None  # the masters' dtype
+    if not name.startswith("fp8-"):  # a recipe's setting given to another policy is refused, not ignored
+        with pytest.raises(ValueError, match=rf"precision '{name}' has no FP8 recipe to take \['history'\]"):
+            precision_policy(name, history=16)
+
+
 def test_uniform_policies_change_nothing():
     # fp64: the masters are the parameters, the scaler is off, the same bits as a plain AdamW loop
     idx, targets = batch()

@@ -134,7 +134,7 @@ def test_a_zero_3_checkpoint_of_dp4_resumes_in_other_layouts(tmp_path, target):
 def test_a_zero_3_checkpoint_with_bf16_moments_resumes_in_other_layouts(tmp_path, target):
     """The bfloat16 moments saved as such (their bits) reshard like any: the run continues as one
     device keeping bfloat16 moments, which differs from float64 moments' run."""
-    bf16 = dataclasses.replace(precision_policy("fp64"), moment_dtype="bfloat16")
+    bf16 = precision_policy("fp64", moment_dtype="bfloat16")
     uninterrupted = train_dense(STEPS, moment_dtype="bfloat16")
     first = save_after(tmp_path, (4, 1, 1, 3), STEPS // 2, precision=bf16)
     second, meta = resume(tmp_path, target, STEPS, precision=bf16)

@@ -4,7 +4,6 @@ rounds each element on its own, so sharding cannot change it), the moments are h
 bfloat16 on every rank, and a checkpoint saves them in bfloat16 and resumes bit for bit, in
 its layout or another, or converts them to another moment dtype."""
 import math
-from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -24,7 +23,7 @@ CONFIG = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, d_model=16)
 
 
 def policy(moment_dtype):
-    return replace(precision_policy("fp64"), moment_dtype=moment_dtype)
+    return precision_policy("fp64", moment_dtype=moment_dtype)
 
 
 def batches(count, size, seed, config, seq):

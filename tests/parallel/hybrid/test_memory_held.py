@@ -10,7 +10,6 @@ optimizer state: what the planner counts) and after optimizer_step (gradients ze
 """
 import functools
 import types
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -128,7 +127,7 @@ LAYOUTS = [({}, "fp32"), pytest.param({}, "bf16", marks=needs_bf16), ({"config":
 def policy_named(name):
     """"fp32", or "fp32+bf16-moments": the policy with its AdamW moments in bfloat16."""
     name, _, moments = name.partition("+")
-    return replace(precision_policy(name), moment_dtype="bfloat16") if moments else name
+    return precision_policy(name, moment_dtype="bfloat16") if moments else name
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
