@@ -47,24 +47,31 @@ def measures(per_sequence):
 
 
 def train(task, steps, alpha, scope, seed=0):
-    """(measures (steps, 3), task losses (steps,))."""
+    """(loads (steps, MoE layers, sequences, E): each step's `loads_by_sequence` of every MoE
+    layer, task losses (steps,))."""
     mt.manual_seed(seed)
     model = GPT(config(task, aux_loss_coef=alpha, aux_loss_scope=scope))
     layers = [block.mlp for block in model.blocks if isinstance(block.mlp, MoE)]
     optimizer, rng = AdamW(model.parameters(), lr=3e-3), np.random.default_rng(seed)
     permutation = np.random.default_rng(1).permutation(task.vocab_size)
-    found, losses = [], []
+    loads, losses = [], []
     for _ in range(steps):
         model.zero_grad()
         _, loss = model(*two_domains(task, rng, permutation))
         loss.backward()
         optimizer.step()
-        found.append(np.mean([measures(loads_by_sequence(layer, BATCH)) for layer in layers], axis=0))
+        loads.append([loads_by_sequence(layer, BATCH) for layer in layers])
         losses.append(loss.item() - sum(layer.aux_loss.item() for layer in layers))  # the task's part
-    return np.array(found), np.array(losses)
+    return np.array(loads), np.array(losses)
+
+
+def measured(loads):
+    """(steps, 3): each step's `measures`, the mean over the MoE layers."""
+    return np.array([np.mean([measures(layer) for layer in step], axis=0) for step in loads])
 
 
 def main(argv=None):
+    """{run: (the measures it prints, its loads from `train`)}: the picture draws the loads."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--alpha", type=float, default=0.1, help="the balancing loss's α")
@@ -76,8 +83,9 @@ def main(argv=None):
     results = {}
     for name, alpha, scope in (("no balancing", 0.0, "sequence"), (f"sequence α={args.alpha:g}", args.alpha, "sequence"),
                                (f"batch α={args.alpha:g}", args.alpha, "batch")):
-        found, losses = train(task, args.steps, alpha, scope, args.seed)
-        results[name] = last = found[args.steps // 2:].mean(axis=0)
+        loads, losses = train(task, args.steps, alpha, scope, args.seed)
+        last = measured(loads)[args.steps // 2:].mean(axis=0)
+        results[name] = last, loads
         print(f"{name:16s} MaxVio per sequence {last[0]:.3f}  per batch {last[1]:.3f}  "
               f"domains apart {last[2]:.3f}  loss {losses[-20:].mean():.4f}")
     return results

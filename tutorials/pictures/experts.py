@@ -1,10 +1,12 @@
-"""Chapter 20's pictures, from routing.py's own functions: tokens per expert with and without
-the balancing loss, and one step's dispatch all-to-all as a grid of who sends whom how many rows."""
+"""Chapter 20's pictures, from its scripts' own functions: tokens per expert with and without
+the balancing loss, one step's dispatch all-to-all as a grid of who sends whom how many rows,
+each expert's share over the steps, the two domains' experts under each balancing scope, and
+the ranks a token reaches with and without the device limit."""
 import numpy as np
 
 from minitensor.data import AdditionTask
 
-from .draw import Picture, load_script
+from .draw import RANKS, Picture, load_script, printed
 
 
 def loads(quick):
@@ -106,9 +108,76 @@ def draw_fan_out(plt, data):
     return fig
 
 
+def scope(quick):
+    """scope.py's three runs, over the last half of the steps: each MoE layer's share of each
+    expert in either domain's assignments, and a sequence's assignments on its most used, second
+    most used, ... expert (the mean over sequences, steps and layers)."""
+    script = load_script("20_mixture_of_experts/scope.py")
+    results, printed_text = printed(script.main, ["--steps", "20"] if quick else [])
+    data = {}
+    for name, (_, loads) in results.items():
+        tail = loads[len(loads) // 2:]  # (steps, layers, sequences, E)
+        half = tail.shape[2] // 2
+        domains = np.stack([tail[:, :, :half].sum((0, 2)), tail[:, :, half:].sum((0, 2))], axis=1)  # (layers, 2, E)
+        data[name] = domains / domains.sum(-1, keepdims=True), -np.sort(-tail, axis=-1).mean((0, 1, 2))
+    text = "\n".join(f"{name}, layer {layer}, share of each expert: "
+                     + " | ".join(f"domain {'AB'[d]} " + " ".join(f"{x:.2f}" for x in shares[layer, d]) for d in (0, 1))
+                     for name, (shares, _) in data.items() for layer in range(len(shares)))
+    text += "\n" + "\n".join(f"{name}, one sequence's assignments, its experts sorted by use: "
+                              + " ".join(f"{x:.2f}" for x in profile) for name, (_, profile) in data.items())
+    return data, printed_text + text
+
+
+def draw_scope(plt, data):
+    layers = len(next(iter(data.values()))[0])
+    fig = plt.figure(figsize=(9, 2.2 * layers + 2.6))
+    grid = fig.add_gridspec(layers + 1, len(data), height_ratios=[1] * layers + [1.2])
+    experts = np.arange(len(next(iter(data.values()))[1]))
+    for column, (name, (shares, _)) in enumerate(data.items()):
+        for layer in range(layers):
+            ax = fig.add_subplot(grid[layer, column])
+            for d, shift in enumerate((-0.2, 0.2)):
+                ax.bar(experts + shift, shares[layer, d], width=0.4, color=RANKS[d],
+                       label=f"domain {'AB'[d]} ({'plain' if d == 0 else 'permuted'} alphabet)")
+            ax.hlines(shares[layer].mean(0), experts - 0.4, experts + 0.4, color="k", lw=1.5, label="the batch (both)")
+            ax.axhline(1 / len(experts), color="grey", ls="--", lw=0.8, label="even: 1/8")
+            apart = 0.5 * np.abs(shares[layer, 0] - shares[layer, 1]).sum()
+            ax.text(0.98, 0.95, f"domains apart {apart:.2f}", transform=ax.transAxes, ha="right", va="top", fontsize=7)
+            ax.set_ylim(0, 0.4)
+            ax.set_xticks(experts)
+            ax.tick_params(labelsize=7)
+            if layer == 0:
+                ax.set_title(name, fontsize=9)
+            if column == 0:
+                ax.set_ylabel(f"MoE layer {layer}:\nshare of the domain", fontsize=8)
+            if layer == layers - 1:
+                ax.set_xlabel("expert", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.95))
+    ax = fig.add_subplot(grid[layers, :])
+    for name, (_, profile) in data.items():
+        ax.plot(experts + 1, profile, "o-", lw=1.3, label=name)
+    total = round(next(iter(data.values()))[1].sum())
+    even = np.full(len(experts), total // len(experts)) + (np.arange(len(experts)) < total % len(experts))
+    ax.plot(experts + 1, even, "k:", lw=1, label=f"as even as {total} assignments can be")
+    ax.set(xticks=experts + 1)
+    ax.set_xlabel("a sequence's experts, from its most used to its least used", fontsize=8)
+    ax.set_ylabel(f"of its {total} assignments", fontsize=8)
+    ax.set_title("how evenly one sequence spreads over the experts (mean over sequences and both layers)",
+                 fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
+    fig.suptitle("two domains, last half of the steps: batch scope lets them keep to different experts "
+                 "(the batch stays even);\nsequence scope evens each sequence, so both domains use every expert",
+                 fontsize=9, y=0.99)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
 PICTURES = [
     Picture("tokens_per_expert", "20_mixture_of_experts", loads, draw_loads),
     Picture("all_to_all_grid", "20_mixture_of_experts", dispatch, draw_dispatch),
     Picture("load_over_steps", "20_mixture_of_experts", balance, draw_balance),
+    Picture("balancing_scope", "20_mixture_of_experts", scope, draw_scope),
     Picture("fan_out", "20_mixture_of_experts", fan_out, draw_fan_out),
 ]
