@@ -1,6 +1,6 @@
 """Chapter 23's pictures, from its scripts' own functions: an outlier tensor quantized per
 tensor and per tile; the accumulator model's error against K; the loss curves of bf16 and
-the two FP8 recipes on one seed."""
+the two FP8 recipes on one seed; AdamW's moments in float32 and bfloat16: bytes and loss."""
 from argparse import Namespace
 
 import numpy as np
@@ -97,6 +97,57 @@ def draw_loss_curves(plt, losses):
     return fig
 
 
+def moments(quick):
+    """bf16_moments.py: bytes of optimizer state per parameter, and the loss of every step, by moment dtype."""
+    script = load_script("23_fp8/bf16_moments.py")
+    curves, text = printed(script.main, Namespace(steps=20 if quick else 100))
+    return (script.bytes_per_parameter(), curves), text
+
+
+def draw_moments(plt, data):
+    state, curves = data
+    fig = plt.figure(figsize=(8, 4.2))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1, 3], height_ratios=[3, 2])
+    bytes_ax = fig.add_subplot(grid[:, 0])
+    names = list(state)
+    for k, name in enumerate(names):
+        planned, held = state[name]
+        bottom = 0
+        for part, size, colour in (("master", planned - held, "#bbbbbb"), ("m", held / 2, COLOURS["forward"]),
+                                   ("v", held / 2, COLOURS["backward"])):
+            bytes_ax.bar(k, size, bottom=bottom, color=colour, ec="white", width=0.6)
+            bytes_ax.text(k, bottom + size / 2, f"{part}\n{size:g}", ha="center", va="center", fontsize=7)
+            bottom += size
+        bytes_ax.text(k, bottom, f"{planned:g}", ha="center", va="bottom", fontsize=8, fontweight="bold")
+    bytes_ax.set_xticks(range(len(names)), [f"{n}\nmoments" for n in names], fontsize=7)
+    bytes_ax.set_ylabel("optimizer bytes per parameter", fontsize=8)
+    bytes_ax.set_ylim(0, 1.12 * max(planned for planned, _ in state.values()))
+    bytes_ax.set_title("float32 master + moments m, v", fontsize=8)
+    loss_ax = fig.add_subplot(grid[0, 1])
+    gap_ax = fig.add_subplot(grid[1, 1], sharex=loss_ax)
+    steps = np.arange(len(curves["float32"]))  # the loss of step s: after s optimizer steps
+    styles = {"float32": ("-", COLOURS["forward"], 2.5), "bfloat16": ("--", COLOURS["backward"], 1.3)}
+    for name, curve in curves.items():
+        style, colour, width = styles[name]
+        loss_ax.plot(steps, curve, style, color=colour, lw=width, label=f"{name} moments")
+    gap = np.array(curves["bfloat16"]) - np.array(curves["float32"])
+    gap_ax.plot(steps, gap, color=COLOURS["backward_input"], lw=1.2)
+    gap_ax.axhline(0, color="grey", lw=0.6)
+    gap_ax.annotate("after step 1: the same to every digit", (1, gap[1]), (0.12, 0.8), textcoords="axes fraction",
+                    fontsize=7, arrowprops=dict(arrowstyle="-|>", color="#777777", lw=0.6))
+    loss_ax.set_ylabel("training loss", fontsize=8)
+    loss_ax.legend(fontsize=7)
+    loss_ax.set_title("the addition GPT under --precision bf16, one seed: the curves lie on each other", fontsize=8)
+    loss_ax.tick_params(labelbottom=False)
+    gap_ax.set_ylabel("loss: bfloat16's\n− float32's", fontsize=8)
+    gap_ax.set_xlabel("optimizer steps taken", fontsize=8)
+    for ax in (bytes_ax, loss_ax, gap_ax):
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
 PICTURES = [Picture("fp8_outliers", "23_fp8", outliers, draw_outliers),
             Picture("fp8_accumulation", "23_fp8", accumulation, draw_accumulation),
-            Picture("fp8_loss_curves", "23_fp8", loss_curves, draw_loss_curves)]
+            Picture("fp8_loss_curves", "23_fp8", loss_curves, draw_loss_curves),
+            Picture("bf16_moments", "23_fp8", moments, draw_moments)]
