@@ -274,9 +274,9 @@ def step(config, profile, batch, tp, pp, dp, b, v=1, recompute="full", sequence_
         dp_time = ddp_seconds(ddp, ring_all_reduce(dp, params * precision.dp_grad_bytes, alpha, beta),
                               ring_all_reduce(dp, embedding_grad, alpha, beta), BACKWARD_SHARE * layers * per_block)
     embedding = ring_all_reduce(2, embedding_grad, *group_link(gpu, tp * dp * (pp - 1), 2)) if pp > 1 else 0.0
-    if schedule in DUAL:  # the V holds both ends on rank 0; DualPipe sums each stage's two copies' gradients
-        embedding = ring_all_reduce(2, params / 2 * precision.dp_grad_bytes, *group_link(gpu, tp * dp, 2)) \
-            if schedule == "dualpipe" else 0.0
+    if schedule in DUAL:  # the V holds both ends on rank 0; DualPipe sums both its stages' gradients with the
+        embedding = ring_all_reduce(2, params * precision.dp_grad_bytes, *group_link(gpu, tp * dp, 2)) \
+            if schedule == "dualpipe" else 0.0  # pair rank holding their other copies (all `params` of the rank)
     seconds = {"compute": m * (layers * (block["gemm"] + block["memory"]) + ends),
                "gemm": m * layers * block["gemm"], "memory_bound": m * layers * block["memory"],
                "tp": m * layers * block["tp"], "pp": m * p2p * sum(share for _, share in held_stages(schedule, pp, slowest)),

@@ -6,8 +6,8 @@ stage i holding L_i blocks:
                                                      QKᵀ and AV: 12·b·s²·h per block)
               with recomputation the block forward runs twice: 8·12·h²·T + 16·s·h·T
     lm_head:  6·V·h·T / tp on the last stage
-Summed over stages this is 6·N·tokens + 12·n_layer·b·s²·h with N = 12·n_layer·h² + V·h
-(the weights that multiply activations; embedding lookups cost no flops).
+Summed over stages: 6·N·tokens + 12·n_layer·b·s²·h, N = 12·n_layer·h² + V·h (the weights that multiply
+activations; embedding lookups cost no flops).
 Seconds = flops / (peak flops of the dtype × the profile's efficiency). Under an FP8 recipe
 the blocks' linear products, passes·24·h²·T / tp per block, run at the float8 peak instead.
 
@@ -16,12 +16,12 @@ intra-node link when the whole group fits in one node, the inter-node link other
     ring all-reduce                 2(n−1)(α + N/n·β)
     all-gather, reduce-scatter      (n−1)(α + N/n·β)
     send / recv                     α + N·β
-tp: 4 all-reduces of b·s·h per block per micro-batch (2 forward, 2 backward; +2 when
-    recomputation runs the forward again); sequence parallel turns each into an
-    all-gather + reduce-scatter of the same volume, hence the same time.
+tp: 4 all-reduces of b·s·h per block per micro-batch (2 forward, 2 backward; +2 when recomputation
+    runs the forward again); sequence parallel: all-gather + reduce-scatter, the same volume and time.
 pp: one send of b·s·h forward and one backward per micro-batch per stage.
 dp: one all-reduce of the rank's gradients per step (ZeRO-1: reduce-scatter of the
-    gradients + all-gather of the updated parameters).
+    gradients + all-gather of the updated parameters); DualPipe adds one of all of them over
+    the pair of pp ranks holding the two copies (tied.MirroredGradients), on the pp link.
 cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees all s keys),
     and per block and micro-batch passes K/V blocks of b·s/cp·h/tp around the ring:
     6·cp − 4 sends (context_parallel.layout.ring_elements; + 2(cp−1) when recomputation
@@ -33,15 +33,13 @@ tp rank (2·(h·E + k·2·h·f) flops per token and pass, not divided by tp); pe
 micro-batch over ep ranks, the counts and two row all-to-alls forward and two backward
 (moe.all_to_all_seconds) and the balancing loss's all-reduce over cp or dp·cp ranks
 (moe.balancing_seconds): together comm["ep"] (moe.moe_layer_seconds). The experts' gradients
-are all-reduced over edp = dp/ep ranks beside the dense ones over dp.
-The slowest stage sets the pace: step = (m + p − 1)·t_stage + t_dp, where
-t_stage = compute + tp + pp time of one micro-batch; the (p − 1)·t_stage part is the bubble,
-a fraction (p−1)/(m+p−1) of the pipelined time. DualPipe(V) (plan.dual): a rank's t_stage sums its two
-stages' times by their shares of m; the bubble is DeepSeek-V3's table 2. The zero-bubble schedules (zb-h1, zb-h2)
-split each backward into B and W, one pass each like the forward (F = B = W = t_stage/3),
-and fill all but (p − 1 + max(0, p − m))·t_stage/3 of it with W's: a third of 1F1B's once
-m ≥ p (pipeline.zero_bubble). With recomputation the W's run inside B (the recomputed
-graph is backpropagated whole), so the bubble stays 1F1B's.
+are all-reduced over edp = dp/ep ranks beside the dense ones over dp. The slowest stage sets the pace:
+step = (m + p − 1)·t_stage + t_dp, t_stage = compute + tp + pp time of one micro-batch, (p − 1)·t_stage the
+bubble. DualPipe(V) (plan.dual): a rank's t_stage sums its two stages' times by their shares of m;
+the bubble is DeepSeek-V3's table 2. The zero-bubble schedules (zb-h1, zb-h2) split each backward into B
+and W, one pass each like the forward (F = B = W = t_stage/3), and fill all but (p − 1 + max(0, p − m))·
+t_stage/3 of it with W's: a third of 1F1B's once m ≥ p (pipeline.zero_bubble). With recomputation the W's
+run inside B (the recomputed graph is backpropagated whole), so the bubble stays 1F1B's.
 """
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -187,6 +185,9 @@ def dp_seconds(config, layout, profile, precision, balance=None, compress="none"
                                             edp_beta) if layout.zero else
                             (ring_all_reduce(edp, expert_bytes, edp_alpha, edp_beta), "all-reduce"))
         line += f"; experts: {how} of {expert_bytes} B over edp = {edp} ranks = {expert_time:.4g} s"
+    if layout.schedule == "dualpipe":  # every gradient summed with the pair rank's copy, before the replicas'
+        mirror = ring_all_reduce(2, (count + experts) * precision.dp_grad_bytes, *link(profile, layout.tp * replicas, p)[1:])
+        line, expert_time = line + f"; mirrored copies over the pp pair: {mirror:.4g} s", expert_time + mirror
     return dp_time + expert_time, line
 
 

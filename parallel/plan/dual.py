@@ -16,8 +16,10 @@ stage's forward, whole backward and weight part (B = B_in + W), F&B a forward an
 F&B = F + B: the planner does not model the overlap of a pair (on a CPU the pair runs in sequence; on
 GPUs it hides the all-to-alls and pipeline sends, which these dense models do not have), so the gain it
 sees is the bubble. The formula holds where the input part equals the forward and W fits in its gaps
-(B − W = F ≥ W) and m ≥ 2·pp (the steady state); the planner's stage costs are there by construction:
-F = B_in = W by flops (with recomputation the W's run inside B, W = 0, as for the zero-bubble schedules).
+(B − W = F ≥ W) and m reaches the steady state (m ≥ 3·PP − 4 for DualPipe, 3·PP/2 − 2 for the V; with
+fewer the lists idle less, so from 2·pp on the formula errs high); the planner's stage costs are there
+by construction: F = B_in = W by flops (with recomputation the W's run inside B, W = 0, as for the
+zero-bubble schedules).
 """
 from functools import cache
 

@@ -6,13 +6,17 @@ from hypothesis import strategies as st
 
 import parallel
 from parallel import run_threads
+from parallel.alpha_beta import ring_all_reduce
 from parallel.pipeline.checker import check_schedule
 from parallel.pipeline.registry import get_schedule
 from parallel.plan import GPTConfig, Layout, estimate, load_profile, param_bytes_per_rank, param_count, plan
 from parallel.plan.__main__ import main
+from parallel.plan.cluster import figures, group_link, step
+from parallel.plan.cluster_memory import DTYPE
 from parallel.plan.cluster_search import best_steps
-from parallel.plan.cost import bubble_slots
+from parallel.plan.cost import bubble_slots, link
 from parallel.plan.dual import dual_bubble_slots, dual_error, held_stages, in_flight_stages, table2_bubble
+from parallel.plan.layout import get_precision
 from parallel.plan.memory import activation_bytes_per_rank, block_activation_bytes
 from parallel.plan.simulate import PartCosts, simulate_step
 from parallel.plan.validate import memory_errors
@@ -113,16 +117,19 @@ def test_the_v_beats_1f1b_and_zero_bubble_where_w_is_large():
     assert bubble_slots("dualpipev", 4, 16) == pytest.approx(bubble_slots("zb-h1", 4, 16)) == 1.0  # (p − 1)/3 t
 
 
-def test_the_search_over_every_schedule_takes_dualpipe_where_its_parameters_fit():
-    """Table 2 with F = B_in = W: DualPipe's (pp/2 − 1)·2t/3 beats ZB-H1's (pp − 1)t/3; with too little memory
-    for its second copy the search falls back to a one-copy schedule."""
+def test_among_pipelines_the_search_takes_dualpipe_where_its_parameters_fit():
+    """Table 2 with F = B_in = W: DualPipe's (pp/2 − 1)·2t/3 beats ZB-H1's (pp − 1)t/3 on 4 pipeline ranks, its
+    mirrored all-reduce included; with too little memory for its second copy the search takes a one-copy
+    schedule. (On this profile 4 data-parallel replicas beat every pipeline: DualPipe pays for its pair sums.)"""
     config = GPTConfig(vocab_size=256, block_size=128, n_layer=8, n_head=8, d_model=512)
-    roomy = plan(config, 4, 32, "laptop-cpu", schedule="any").ranked[0]
-    assert roomy.layout.schedule == "dualpipe" and roomy.layout.pp > 1
+    def pipelines(**memory):
+        return [est for est in plan(config, 4, 32, "laptop-cpu", schedule="any", **memory).ranked if est.layout.pp == 4]
+    assert pipelines()[0].layout.schedule == "dualpipe"
+    assert plan(config, 4, 32, "laptop-cpu", schedule="any").ranked[0].layout.dp == 4
     one_copy = min(est.memory["total"] for est in plan(config, 4, 32, "laptop-cpu", schedule="zb-h1").ranked
                    if est.layout.pp == 4)
-    tight = plan(config, 4, 32, "laptop-cpu", memory_bytes=one_copy, schedule="any").ranked
-    assert all(est.layout.schedule != "dualpipe" or est.layout.pp == 2 for est in tight)
+    tight = pipelines(memory_bytes=one_copy)
+    assert tight and all(est.layout.schedule != "dualpipe" for est in tight)
 
 
 @pytest.mark.parametrize("recompute, winner", [("full", "1f1b"), ("selective", "dualpipe")])
@@ -135,6 +142,29 @@ def test_on_a_cluster_interleaving_wins_under_full_recomputation_and_dualpipe_un
     assert best.chunks > 2 if winner == "1f1b" else best.chunks == 1
     tight = {**load_profile("a100-80gb"), "memory_gib": 64}
     assert best_steps(GPT3, tight, 1024, 1536, tp=8, pp=16, recompute="selective", schedule=None)[0].schedule == "dualpipev"
+
+
+def test_on_a_cluster_dualpipe_sums_every_gradient_of_a_rank_with_its_pair_rank():
+    """MirroredGradients all-reduces both stages a DualPipe rank holds with the rank holding their other copies:
+    all of the rank's parameters, over a group of 2 (dp·tp ranks apart); the V holds no copies and pays none."""
+    gpu, precision = figures(load_profile("a100-80gb")), get_precision(DTYPE)
+    dual, v = (step(GPT3, load_profile("a100-80gb"), 1536, 8, 16, 8, 1, recompute="selective", schedule=name)
+               for name in ("dualpipe", "dualpipev"))
+    params = dual.memory["params"] / precision.param_bytes
+    pair = ring_all_reduce(2, params * precision.dp_grad_bytes, *group_link(gpu, 8 * 8, 2))
+    assert dual.seconds["embedding_sync"] == pytest.approx(pair, rel=1e-12) and v.seconds["embedding_sync"] == 0.0
+
+
+def test_the_small_planner_charges_dualpipes_mirrored_all_reduce_on_the_pp_link():
+    """At dp = 1 DualPipe's only dp-time is the pair all-reduce of all a rank's gradients (both copies'
+    stages, the largest rank's); the V and 1F1B hold no copies."""
+    config = GPTConfig(vocab_size=256, block_size=128, n_layer=8, n_head=8, d_model=512)
+    times = {name: estimate(config, Layout(pp=4, micro_batches=8, schedule=name), 32, "laptop-cpu").comm["dp"]
+             for name in ("1f1b", "dualpipev", "dualpipe")}
+    largest = max(param_bytes_per_rank(config, 1, 1, 4, (0, 0, r), schedule="dualpipe")["params"] for r in range(4))
+    profile = load_profile("laptop-cpu")
+    assert times["dualpipe"] == pytest.approx(ring_all_reduce(2, largest, *link(profile, 1, 4)[1:]), rel=1e-12)
+    assert times["1f1b"] == times["dualpipev"] == 0.0
 
 
 def test_the_command_line_plans_dual_schedules(capsys):
