@@ -15,8 +15,10 @@ moments stored in S (bfloat16), one step of every element is
 (ml_dtypes' cast rounds a float64 to bfloat16 directly, not through float32.) An element
 depends on its own p, g, m, v only, so a shard (ZeRO) steps exactly as the whole does, and
 with S = W nothing is rounded: the plain AdamW step. Each store errs by at most 2⁻⁸ of the
-moment (bfloat16's 8 significant bits), so the next step's m̂/√v̂ is off by at most about
-2⁻⁸ + 2⁻⁹ ≈ 0.6% per element: its size changes a little, its sign never.
+stored moment (bfloat16's 8 significant bits). v sums non-negative terms, so the next v̂ is off by
+at most 2⁻⁸ of itself; m's error, β₁·2⁻⁸·|m_old|, is relative to the old moment: where a new
+gradient nearly cancels β₁·m it can exceed the new m and flip its sign. Since |m̂|/√v̂ ≲ 1, the
+update then errs by about 2⁻⁸·lr at most: a fraction of a full Adam step, not of the element's own.
 """
 import contextlib
 
