@@ -44,7 +44,7 @@ the balancing loss's token group:
                 may keep to the experts of its domain while the batch stays balanced
 A capacity stays per sequence in both (it orders a sequence's own tokens).
 
-Where a group's tokens lie (`token_split`): data parallelism and micro-batches split the
+Where a group's tokens lie (`token_group_ranks`): data parallelism and micro-batches split the
 batch by whole sequences (by rows), so a sequence's statistics are the same on one device
 and in those layouts; context parallelism splits each sequence over the cp ranks, and a
 micro-batch lies over the dp × cp ranks. The rank then averages its shares fᵢ over those
@@ -221,15 +221,15 @@ class MoE(Module):
         self.drop = Dropout(dropout)
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher
         self.bias = ExpertBias(n_experts, expert_bias_rate)
-        self.token_split = None  # the ranks holding the other tokens of a balancing-loss group (split_tokens)
+        self.token_group_ranks = None  # the ranks holding the rest of a balancing-loss group's tokens
         self.aux_loss = self.load = self.dropped = self.chosen = None
 
-    def split_tokens(self, sequence_ranks, batch_ranks):
+    def set_token_group_ranks(self, sequence_ranks, batch_ranks):
         """Where the rest of a balancing-loss token group lies: `sequence_ranks` hold the rest of
         each sequence (context parallelism's cp group, or None), `batch_ranks` the rest of the
         micro-batch (dp × cp, or None on one rank). The loss averages its shares f over the
         ranks of its scope (balancing_loss)."""
-        self.token_split = batch_ranks if self.aux_loss_scope == "batch" else sequence_ranks
+        self.token_group_ranks = batch_ranks if self.aux_loss_scope == "batch" else sequence_ranks
 
     def forward(self, x):
         b, t, c = x.shape
@@ -265,7 +265,7 @@ class MoE(Module):
             kept = within_capacity(experts, n // groups, capacity(n // groups, k, self.n_experts, self.capacity_factor))
         affinity = scores if self.router_score == "softmax" else scores / scores.sum(axis=-1, keepdims=True)
         loss_groups = groups if self.aux_loss_scope == "sequence" else 1
-        self.aux_loss = (balancing_loss(affinity, experts, loss_groups, self.aux_loss_coef, self.token_split)
+        self.aux_loss = (balancing_loss(affinity, experts, loss_groups, self.aux_loss_coef, self.token_group_ranks)
                          + z_loss(logits, self.z_loss_coef))
         self.load = np.bincount(experts.reshape(-1)[kept], minlength=self.n_experts)
         self.dropped, self.chosen = int(n * k - kept.sum()), experts

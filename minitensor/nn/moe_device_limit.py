@@ -15,16 +15,24 @@ import math
 import numpy as np
 
 
-def check_device_limit(n_experts, k, groups, max_groups):
-    """One-line errors for groups and a limit that cannot work."""
+def device_limit_problem(n_experts, k, groups, max_groups):
+    """Why E experts in `groups` groups cannot hold top-k on `max_groups` of them (one line), or None."""
     if groups < 1 or n_experts % groups:
-        raise ValueError(f"MoE: n_experts={n_experts} is not divisible into expert_groups={groups}")
+        return f"MoE: n_experts={n_experts} is not divisible into expert_groups={groups}"
     if not 1 <= max_groups <= groups:
-        raise ValueError(f"MoE: max_groups_per_token={max_groups} must be in [1, expert_groups={groups}] "
-                         f"(a token's experts on at most M of the G ranks)")
-    if max_groups * (n_experts // groups) < k or math.ceil(k / max_groups) > n_experts // groups:
-        raise ValueError(f"MoE: top_k={k} experts do not fit in max_groups_per_token={max_groups} groups of "
-                         f"{n_experts // groups} experts")
+        return (f"MoE: max_groups_per_token={max_groups} must be in [1, expert_groups={groups}] "
+                f"(a token's experts on at most M of the G ranks)")
+    if max_groups * (n_experts // groups) < k:  # then ⌈k/M⌉ ≤ E/G too: a group's best ⌈k/M⌉ exist
+        return (f"MoE: top_k={k} experts do not fit in max_groups_per_token={max_groups} groups of "
+                f"{n_experts // groups} experts")
+    return None
+
+
+def check_device_limit(n_experts, k, groups, max_groups):
+    """A ValueError for groups and a limit that cannot work."""
+    problem = device_limit_problem(n_experts, k, groups, max_groups)
+    if problem:
+        raise ValueError(problem)
 
 
 def limit_to_groups(scores, k, groups, max_groups):

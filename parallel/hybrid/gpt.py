@@ -118,7 +118,8 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
                        for stage in dense_stages]
         self.pipeline = Pipeline(self.stages, mesh.pp_group, microbatches, schedule, recompute_activations)
         for moe in self.moe_layers():  # the balancing loss's tokens: a sequence over cp, a micro-batch over dp × cp
-            moe.split_tokens(mesh.cp_group if mesh.cp > 1 else None, mesh.dp_cp_group if mesh.dp * mesh.cp > 1 else None)
+            moe.set_token_group_ranks(mesh.cp_group if mesh.cp > 1 else None,
+                                      mesh.dp_cp_group if mesh.dp * mesh.cp > 1 else None)
         self.tied = MirroredGradients(self.stages, mesh) if placement == "mirror" else TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the

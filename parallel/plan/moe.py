@@ -31,6 +31,8 @@ layouts with ep from these and model.py's per-rank counts (moe_block_param_count
 """
 import math
 
+from minitensor.nn.moe_device_limit import device_limit_problem
+
 from ..alpha_beta import all_to_all, ring_all_reduce
 from ..expert_parallel.composes import expert_composition_problem, moe_block_problem
 from .model import dense_param_count, expert_param_count, expert_params_on_stage, has_experts, matmul_weight_count
@@ -104,21 +106,19 @@ def ranks_per_token(config, ep, max_ranks=None):
     return min(uniform, max_ranks or ep)
 
 
-def rows_per_rank(config, tokens, ep, max_ranks=None):
+def rows_sent(config, tokens, ep, max_ranks=None):
     """Rows a rank of `tokens` tokens sends the other ranks (and receives), dropless and balanced."""
     return math.ceil(tokens * ranks_per_token(config, ep, max_ranks) * (ep - 1) / ep)
 
 
 def device_limit_fits(config, ep, max_ranks):
-    """Whether top-k fits on `max_ranks` of ep ranks of E/ep experts (minitensor.nn.moe_device_limit)."""
-    local = config.n_experts // ep
-    return max_ranks is None or (max_ranks <= ep and max_ranks * local >= config.top_k
-                                 and math.ceil(config.top_k / max_ranks) <= local)
+    """Whether top-k fits on `max_ranks` of ep ranks of E/ep experts (the model's own rule, moe_device_limit)."""
+    return max_ranks is None or device_limit_problem(config.n_experts, config.top_k, ep, max_ranks) is None
 
 
 def balanced_all_to_all_bytes(config, tokens, ep, itemsize=4, max_ranks=None):
     """all_to_all_bytes per step for `tokens` tokens per rank, dropless and balanced."""
-    rows = rows_per_rank(config, tokens, ep, max_ranks)
+    rows = rows_sent(config, tokens, ep, max_ranks)
     return moe_layers(config) * all_to_all_bytes(rows, rows, config.d_model, itemsize, config.n_experts, ep)
 
 
@@ -129,7 +129,7 @@ def all_to_all_seconds(config, tokens, ep, itemsize, alpha, beta, recompute=Fals
     exchange is pairwise: (ep − 1)·α + the bytes sent·β (alpha_beta.all_to_all, what --link charges)."""
     if ep == 1:
         return 0.0
-    rows = rows_per_rank(config, tokens, ep, max_ranks)
+    rows = rows_sent(config, tokens, ep, max_ranks)
     exchanges = sum(all_to_all(ep, rows * width * itemsize, alpha, beta)
                     for width in (config.d_model + config.n_experts // ep, config.d_model))
     counts = all_to_all(ep, (ep - 1) * COUNT_BYTES, alpha, beta)

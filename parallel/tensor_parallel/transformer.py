@@ -102,7 +102,7 @@ class ParallelBlock(TensorParallelModule):
 
 def whole_experts(moe, rng, sequence_parallel, context=None):
     """The MoE layer itself, replicated on the tp ranks: its dropout draws from their shared stream.
-    (Where its balancing loss's tokens lie, over cp or dp × cp, the hybrid model tells it: MoE.split_tokens.)"""
+    (Where its balancing loss's tokens lie, over cp or dp × cp, the hybrid model tells it: MoE.set_token_group_ranks.)"""
     if sequence_parallel:
         raise ValueError("a mixture-of-experts MLP under sequence parallelism: its experts run whole on every tp "
                          "rank's activation, which SP splits by position; turn sequence parallelism off")
