@@ -181,6 +181,12 @@ class LocalDispatcher:
         return mix_experts(x, routing, experts)
 
 
+def is_routed_expert(name):
+    """Whether a parameter or module name lies in a routed expert (a MoE layer's `experts.i`; the
+    shared experts, which every token runs, are `shared`)."""
+    return ".experts." in f".{name}."
+
+
 class Expert(Module):
     """One expert: the GPT's MLP, fc → GELU → proj."""
 
