@@ -27,7 +27,6 @@ A mixture of experts in any layout casts as one device does (Fp8Scales, recipe.p
 import numpy as np
 
 from minitensor.nn.linear import Linear
-from minitensor.nn.moe import is_routed_expert
 
 from .gemm import scaled_matmul
 
@@ -75,10 +74,12 @@ class Fp8Scales:
     def __init__(self, model, recipe, groups=(), grad_factor=1, expert_groups=None):
         self.groups = [g for g in groups if g.size > 1]
         self.expert_groups = self.groups if expert_groups is None else [g for g in expert_groups if g.size > 1]
-        self.layers = {}
+        self.layers, self.routed = {}, set()  # routed: the names of the routed experts' linears
         for name, module in fp8_linears(model).items():
-            module.fp8 = recipe.layer(grad_factor, rows_in_any_order=is_routed_expert(name))
+            routed = getattr(module, "routed", False)  # a tensor-parallel linear is no expert's
+            module.fp8 = recipe.layer(grad_factor, rows_in_any_order=routed)
             self.layers[name] = module.fp8
+            self.routed |= {name} if routed else set()
 
     def delayed(self):
         return [(f"{name}.{role}", s) for name, layer in self.layers.items()
@@ -87,7 +88,7 @@ class Fp8Scales:
     def update(self):
         dense, experts = [], []
         for name, s in self.delayed():
-            (experts if is_routed_expert(name) else dense).append(s)
+            (experts if name.rsplit(".", 1)[0] in self.routed else dense).append(s)
         for scales, groups in ((dense, self.groups), (experts, self.expert_groups)):
             if scales:  # the ranks of a group hold the same stage, so all of them or none skip
                 amax = np.array([s.amax for s in scales])

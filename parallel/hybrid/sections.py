@@ -19,13 +19,15 @@ and units along these sections, whatever makes them differ: they never ask why.
 """
 from collections import namedtuple
 
-from minitensor.nn.moe import is_routed_expert as is_expert
-
 from ..data_parallel.ddp import broadcast_parameters
 
 # name: "dp" or "edp" (the timeline's bucket events say which); params: in forward order;
 # group: the ranks holding replicas of them; divisor: what the sum of their gradients is divided by
 ReplicaSection = namedtuple("ReplicaSection", ["name", "params", "group", "divisor"])
+
+
+def is_expert(name):
+    return ".experts." in name
 
 
 def replica_group(name, mesh):
