@@ -61,3 +61,14 @@ def test_a_resume_under_fp8_delayed_continues_the_same_losses(tmp_path):
     assert resumed == whole[2:]  # bit for bit: the amax histories came back with the weights and moments
     plain = main(flags("--threads", "2", "--tp", "2", steps=4))["losses"]
     assert not np.allclose(whole, plain, rtol=1e-6, atol=0)  # and FP8 was on
+
+
+def test_a_resume_under_fp8_with_experts_continues_in_its_layout_and_in_another(tmp_path):
+    common = ["--experts", "4", "--precision", "fp8-delayed", "--fp8-history", "4"]
+    whole = main(flags(*common, "--threads", "4", "--dp", "4", "--ep", "2", "--save", str(tmp_path), "--save-every", "2",
+                       steps=4))["losses"]
+    (after_two,) = tmp_path.glob("step_*2")
+    resumed = main(flags(*common, "--threads", "4", "--dp", "4", "--ep", "2", "--resume", str(after_two), steps=4))
+    assert resumed["losses"] == whole[2:]  # every expert's amax history came back under its single-device name
+    resharded = main(flags(*common, "--threads", "2", "--dp", "2", "--resume", str(after_two), steps=4))
+    np.testing.assert_allclose(resharded["losses"], whole[2:], rtol=1e-5)  # float32 sums in another order
