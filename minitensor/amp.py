@@ -29,9 +29,8 @@ Why each part (Micikevicius et al. 2018, "Mixed Precision Training"):
   skipped and S halved; after `growth_interval` clean steps S doubles. Every rank must
   skip the same steps, so the found-inf flag is MAX-all-reduced over every group that
   holds gradients (`groups`) before anyone decides.
-* FP8 (fp8-current, fp8-delayed, fp8-blockwise; minitensor.fp8): the blocks' linears multiply
-  FP8 operands with their scales; the rest, masters and moments keep the model's dtype (float32;
-  float64: the exact reference of the same quantization). Delayed scales roll in `step`.
+* FP8 (fp8-current, fp8-delayed, fp8-blockwise; minitensor.fp8): the blocks' linears (experts' too) multiply FP8
+  operands; the rest, masters and moments keep the model's dtype (float64: the exact reference). Scales roll in `step`.
 """
 import contextlib
 from dataclasses import dataclass
@@ -182,15 +181,16 @@ class MixedPrecision:
     """One rank's side of a precision policy: its parameters become 16-bit compute copies of
     float32 `masters`, which the optimizer steps; `scaler` is the policy's loss scaler.
 
-    Under a uniform policy (fp32, fp64) the masters ARE the parameters and every method
-    reduces to what training does without this class: same arithmetic, same bits.
-    groups: the groups whose ranks hold other gradients of the same model (dp, tp, pp);
-    the found-inf flag is MAX-all-reduced over each, so every rank skips alike. Under an FP8
-    policy, `model`'s blocks' linears get the recipe's scaling (minitensor.fp8.linear.Fp8Scales,
-    amaxes MAX-reduced over `amax_groups`; grad_factor: see minitensor.fp8.recipe).
+    Under a uniform policy (fp32, fp64) the masters ARE the parameters and every method reduces to
+    what training does without this class: same arithmetic, same bits. groups: the groups whose ranks
+    hold other gradients of the same model (dp, tp, pp); the found-inf flag is MAX-all-reduced over
+    each, so every rank skips alike. Under an FP8 policy, `model`'s blocks' linears get the recipe's
+    scaling (minitensor.fp8.linear.Fp8Scales, amaxes MAX-reduced over `amax_groups`, a routed expert's
+    over `expert_amax_groups`; grad_factor: see minitensor.fp8.recipe).
     """
 
-    def __init__(self, params, policy, groups=(), model=None, amax_groups=(), grad_factor=1, **scaler_settings):
+    def __init__(self, params, policy, groups=(), model=None, amax_groups=(), grad_factor=1, expert_amax_groups=None,
+                 **scaler_settings):
         self.params, self.policy = list(params), policy
         self.groups = [g for g in groups if g.size > 1]
         self.scaler = policy.grad_scaler(**scaler_settings)
@@ -210,7 +210,7 @@ class MixedPrecision:
         self.fp8 = None  # under an FP8 policy: the scales of `model`'s FP8 linears, agreed over `amax_groups`
         if policy.fp8 is not None:
             from minitensor.fp8.linear import Fp8Scales  # noqa: I001
-            self.fp8 = Fp8Scales(model, policy.fp8, amax_groups, grad_factor)
+            self.fp8 = Fp8Scales(model, policy.fp8, amax_groups, grad_factor, expert_amax_groups)
 
     def hand_over_masters(self, sharded_grads):
         """ZeRO-2/3 (parallel.data_parallel.flat_units.shard_masters): each rank keeps 1/n of the

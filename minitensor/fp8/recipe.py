@@ -61,11 +61,12 @@ class Fp8Recipe:
             if not ok:
                 raise ValueError(f"FP8 recipe: {name}={getattr(self, name)!r} must be {need}")
 
-    def layer(self, grad_factor=1):
-        """A new layer's scaling state."""
+    def layer(self, grad_factor=1, rows_in_any_order=False):
+        """A new layer's scaling state. rows_in_any_order: the layer's rows (tokens) arrive in an
+        order and grouping the layout decides (a routed expert's), so no tile may span rows."""
         if self.scaling == "blockwise":
-            return BlockwiseScaling(self.tile)
-        return TensorwiseScaling(self, grad_factor)
+            return BlockwiseScaling(self.tile, per_token_wgrad=rows_in_any_order)
+        return TensorwiseScaling(self, grad_factor)  # a per-tensor amax is a MAX: any order of rows
 
 
 class CurrentScale:
@@ -79,8 +80,9 @@ class CurrentScale:
 
 
 def transposed(a):
-    """A per-tensor operand (R, K) as its transpose (K, R): one scale, one tile spanning R."""
-    return Quantized(a.q.T, a.scale, a.q.shape[0])
+    """A per-tensor operand (R, K) as its transpose (K, R): one scale, one tile spanning R (R = 0:
+    an expert that got no tokens, a tile of length 1 over nothing)."""
+    return Quantized(a.q.T, a.scale, max(a.q.shape[0], 1))
 
 
 class TensorwiseScaling:
@@ -114,11 +116,24 @@ class TensorwiseScaling:
         return {role: s for role, s in self.scales.items() if isinstance(s, DelayedScale)}
 
 
-class BlockwiseScaling:
-    """DeepSeek-V3's fine-grained scaling: every tile and block its own current scale."""
+def per_token(a):
+    """A (M, K) operand in 1×t tiles along K as the (K, M) operand of a product contracting
+    over the M tokens: tiles of one element, each with its token's tile's scale."""
+    scale = np.repeat(a.scale, a.tile, axis=1)[:, :a.q.shape[1]]
+    return Quantized(a.q.T, scale.T, 1)
 
-    def __init__(self, tile):
-        self.tile = tile
+
+class BlockwiseScaling:
+    """DeepSeek-V3's fine-grained scaling: every tile and block its own current scale.
+
+    per_token_wgrad: the weight gradient's tiles run along the tokens, t consecutive rows of
+    x and dY; a routed expert's rows are the tokens routed to it, grouped and ordered by the
+    layout (which ranks' tokens arrive at this replica), so a tile of them holds other tokens
+    than one device's. There dW = dYᵀ x reads the forward's x and the dgrad's dY tiles, which
+    lie inside one token's row: one scale per (token, tile), the same in every layout."""
+
+    def __init__(self, tile, per_token_wgrad=False):
+        self.tile, self.per_token_wgrad = tile, per_token_wgrad
 
     def forward_operands(self, x2, w):
         q, block_scale = quantize_blocks(w, self.tile, E4M3)
@@ -130,6 +145,8 @@ class BlockwiseScaling:
 
     def wgrad_operands(self, g2, saved):
         x2 = saved[0]
+        if self.per_token_wgrad:
+            return per_token(quantize_tiles(g2, self.tile, E4M3)), per_token(quantize_tiles(x2, self.tile, E4M3))
         return quantize_tiles(g2.T, self.tile, E4M3), quantize_tiles(x2.T, self.tile, E4M3)
 
     def delayed_scales(self):

@@ -74,7 +74,8 @@ def padded(x, rows, cols):
 
 def tiled(x, tile):
     """x (R, K) zero-padded to a multiple of `tile` and viewed as (R, ⌈K/tile⌉, tile)."""
-    return padded(x, 1, tile).reshape(x.shape[0], -1, tile)
+    out = padded(x, 1, tile)
+    return out.reshape(x.shape[0], out.shape[1] // tile, tile)  # no -1: R = 0 rows (an expert without tokens)
 
 
 def quantize_tiles(x, tile, fmt):
@@ -88,7 +89,7 @@ def quantize_tiles(x, tile, fmt):
     scale = scale_from_amax(np.abs(tiles).max(axis=2), fmt)
     q = saturate(tiles * scale[:, :, None].astype(x.dtype), fmt)
     # end exercise
-    return Quantized(q.reshape(x.shape[0], -1)[:, :x.shape[1]], scale, tile)
+    return Quantized(q.reshape(x.shape[0], q.shape[1] * tile)[:, :x.shape[1]], scale, tile)
 
 
 def quantize_blocks(w, tile, fmt):

@@ -31,6 +31,7 @@ class Linear(Module):
         self.weight = Parameter(uniform((out_features, in_features), bound, dtype))
         self.bias = Parameter(uniform((out_features,), bound, dtype)) if bias else None
         self.fp8 = None  # an FP8 recipe's scaling state (minitensor.fp8), set by an FP8 precision policy
+        self.routed = False  # a routed expert's (minitensor.nn.moe.Expert): its rows come in the layout's order
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias, fp8=self.fp8)

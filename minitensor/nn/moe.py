@@ -182,12 +182,15 @@ class LocalDispatcher:
 
 
 class Expert(Module):
-    """One expert: the GPT's MLP, fc → GELU → proj."""
+    """One expert: the GPT's MLP, fc → GELU → proj. routed: its rows are the tokens routed to it, grouped
+    and ordered as the layout delivers them (its linears say so: an FP8 recipe then keeps its tiles
+    inside a token's row and agrees its amaxes over the expert's replicas, minitensor.fp8.linear)."""
 
-    def __init__(self, d_model, d_ff, dtype=DEFAULT_FLOAT):
+    def __init__(self, d_model, d_ff, dtype=DEFAULT_FLOAT, routed=False):
         super().__init__()
         self.fc = Linear(d_model, d_ff, dtype=dtype)
         self.proj = Linear(d_ff, d_model, dtype=dtype)
+        self.fc.routed = self.proj.routed = routed
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
@@ -216,7 +219,7 @@ class MoE(Module):
         self.capacity_factor, self.aux_loss_coef, self.z_loss_coef = capacity_factor, aux_loss_coef, z_loss_coef
         self.aux_loss_scope = aux_loss_scope
         self.router = Linear(d_model, n_experts, bias=False, dtype=dtype)
-        self.experts = ModuleList(Expert(d_model, d_ff, dtype) for _ in range(n_experts))
+        self.experts = ModuleList(Expert(d_model, d_ff, dtype, routed=True) for _ in range(n_experts))
         self.shared = Expert(d_model, shared_experts * d_ff, dtype) if shared_experts else None
         self.drop = Dropout(dropout)
         self.dispatcher = LocalDispatcher() if dispatcher is None else dispatcher

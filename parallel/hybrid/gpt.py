@@ -37,7 +37,8 @@ parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp
 ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments; 2 + 4 + 8 with the
 policy's moment_dtype "bfloat16": AdamW's moments in bfloat16, minitensor.narrow_moments).
 Under an FP8 recipe (`precision="fp8-delayed"` or `"fp8-blockwise"`, minitensor.fp8) the blocks'
-linears multiply FP8 operands; the amaxes are MAX-reduced over tp and dp × cp once per step, so
+linears multiply FP8 operands, a mixture of experts' experts too (not its router); the amaxes
+are MAX-reduced over tp and dp × cp (a routed expert's over tp and edp) once per step, so
 every layout casts with one device's scales.
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
@@ -123,12 +124,14 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         self.tied = MirroredGradients(self.stages, mesh) if placement == "mirror" else TiedGradients(self.stages, mesh, ties)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the
-        # replicas); a replica's gradients are dp·cp times the single device's (minitensor.fp8.recipe).
+        # replicas: dp × cp, a routed expert's edp); a replica's gradients are dp·cp times the single
+        # device's (minitensor.fp8.recipe).
         policy = (precision if isinstance(precision, PrecisionPolicy) else precision_policy(precision) if precision
                   else policy_of_dtype(self.parameters()[0].dtype))
         self.amp = MixedPrecision(self.parameters(), policy, groups=(mesh.tp_group, mesh.pp_group, mesh.dp_cp_group),
                                   model=self, amax_groups=(mesh.tp_group, mesh.dp_cp_group),
-                                  grad_factor=mesh.dp * mesh.cp, **(scaler or {}))
+                                  grad_factor=mesh.dp * mesh.cp, expert_amax_groups=(mesh.tp_group, mesh.edp_group),
+                                  **(scaler or {}))
         names = [name for name, _ in self.named_parameters()]
         parts = ModelParts(self.stages, self.tied, self.amp, mesh, names, microbatches, prefetch)
         self.replicas = REPLICA_SYNCS[int(zero)](parts)

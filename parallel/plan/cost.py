@@ -8,8 +8,8 @@ stage i holding L_i blocks:
     lm_head:  6·V·h·T / tp on the last stage
 Summed over stages: 6·N·tokens + 12·n_layer·b·s²·h, N = 12·n_layer·h² + V·h (the weights that multiply
 activations; embedding lookups cost no flops).
-Seconds = flops / (peak flops of the dtype × the profile's efficiency). Under an FP8 recipe
-the blocks' linear products, passes·24·h²·T / tp per block, run at the float8 peak instead.
+Seconds = flops / (peak flops of the dtype × the profile's efficiency). Under an FP8 recipe the blocks'
+linears, passes·24·h²·T / tp per block (an MoE block's experts for its MLP), run at the float8 peak instead.
 
 Communication, α latency per message and β = 1 / bandwidth seconds per byte, on the
 intra-node link when the whole group fits in one node, the inter-node link otherwise:
@@ -41,7 +41,7 @@ and W, one pass each like the forward (F = B = W = t_stage/3), and fill all but 
 t_stage/3 of it with W's: a third of 1F1B's once m ≥ p (pipeline.zero_bubble). With recomputation the W's
 run inside B (the recomputed graph is backpropagated whole), so the bubble stays 1F1B's.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 
 from ..alpha_beta import all_gather, ring_all_reduce, send_recv
@@ -49,6 +49,7 @@ from ..context_parallel.layout import ring_elements
 from .compress import dp_time as dp_communication
 from .compress import stage_matrices
 from .dual import DUAL, dual_bubble_slots, dual_error, held_stages, per_rank, stage_count
+from .flops import fp8_seconds, stage_flops
 from .layout import get_precision
 from .memory import block_activation_bytes, micro_batch_size, peak_memory, rank_in_flight, rank_units
 from .model import has_experts, moe_blocks, stage_blocks, stage_layers
@@ -61,37 +62,6 @@ def link(profile, stride, size):
     kind = "intra" if stride * size <= profile["devices_per_node"] else "inter"
     figures = profile[kind]
     return kind, figures["alpha_us"] * 1e-6, 1 / (figures["bandwidth_gbps"] * 1e9)
-
-
-def block_flops(config, moe, tokens, tp, passes):
-    """Flops of a dense block, or an MoE block if `moe`, for `tokens` tokens on one tp rank, over `passes` passes."""
-    h, s = config.d_model, config.block_size
-    attention = 2 * 4 * h * h * tokens + 4 * s * h * tokens  # q, k, v, proj; QKᵀ and AV
-    if not moe:
-        return passes * (attention + 2 * 8 * h * h * tokens) / tp
-    # the router, each token's k experts and the S shared ones, whole on every tp rank (not split)
-    experts = 2 * (h * config.n_experts + (config.top_k + config.shared_experts) * 2 * h * config.expert_width) * tokens
-    return passes * (attention / tp + experts)
-
-
-def fp8_seconds(profile, precision, config, layers, tokens, tp, recompute, rate):
-    """Seconds an FP8 recipe saves on a stage: the blocks' linears at the float8 peak, not `rate`."""
-    if not precision.fp8_flops_keys:
-        return 0.0
-    _, fp8_peak = peak_flops(profile, replace(precision, flops_keys=precision.fp8_flops_keys))
-    linears = (4 if recompute else 3) * 2 * 12 * config.d_model**2 * tokens / tp * layers
-    return linears / rate - linears / (fp8_peak * profile["efficiency"])
-
-
-def stage_flops(config, layers, tokens, tp, recompute, last, first_block=0):
-    """Training flops of one micro-batch on one tp rank of a stage holding blocks
-    first_block .. first_block + layers - 1 (see module doc)."""
-    passes = 4 if recompute else 3        # forward = 1 pass, backward = 2 passes
-    moe = moe_blocks(config, range(first_block, first_block + layers))
-    blocks = (layers - moe) * block_flops(config, False, tokens, tp, passes)
-    blocks += moe * block_flops(config, True, tokens, tp, passes) if moe else 0
-    head = 6 * config.vocab_size * config.d_model * tokens / tp if last else 0
-    return blocks + head
 
 
 def ring_time(config, layout, b, rate, alpha, beta, bytes_per_element):
@@ -233,7 +203,7 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     for stage, count in enumerate(layers):
         blocks = stage_blocks(config, stages, stage, balance)
         flops = stage_flops(config, count, tokens, layout.tp, layout.recompute, stage == stages - 1, blocks.start)
-        compute = flops / rate - fp8_seconds(profile, precision, config, count, tokens, layout.tp, layout.recompute, rate)
+        compute = flops / rate - fp8_seconds(profile, precision, config, blocks, tokens, layout.tp, layout.recompute, rate)
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
         ep_mb = moe_blocks(config, blocks) * ep_layer
         stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb, pp_mb))

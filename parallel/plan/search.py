@@ -20,8 +20,9 @@ from functools import cache
 from itertools import product
 from math import isqrt
 
-from .cost import estimate, stage_flops
+from .cost import estimate
 from .dual import DUAL, dual_error
+from .flops import stage_flops
 from .layout import SCHEDULES, Layout
 from .model import has_experts
 from .moe import device_limit_fits

@@ -7,7 +7,7 @@ of a gradient is max|g - g_ref| / max|g_ref|; a gradient that is zero in exact a
 (the attention key bias: softmax ignores a shift shared by all keys) is noise around 0,
 so its difference is measured against 1e-6 of the largest gradient instead. One device runs
 each global batch as the parallel model's micro-batch steps (global_microbatches: step j
-takes chunk j of every dp rank's rows), the gradients added and divided after: every loss is
+takes chunk j of every dp rank's rows), each loss / m as the pipeline's: every loss is
 a mean over equal shares of tokens, so only the batch-scope balancing loss, whose token group
 is the micro-batch (minitensor.nn.moe), sees the split.
 
@@ -60,7 +60,7 @@ class SingleDeviceCheck:
         grads = model.full_grads()
         if self.model is None:
             return None
-        steps = [micro for idx, targets in batches for micro in model.global_microbatches(idx, targets)]
+        steps = [model.global_microbatches(idx, targets) for idx, targets in batches]
         loss_diff, grad_diff, name = self.compare(steps, loss, grads)
         self.optimizer.defaults["lr"] = lr
         self.amp.step(self.optimizer)
@@ -73,13 +73,15 @@ class SingleDeviceCheck:
                 f"gradient difference {grad_diff:.1e} ({name}) vs one device")
 
     def compare(self, batches, loss, grads):
-        """(relative loss difference, worst relative gradient difference, its name)."""
+        """(relative loss difference, worst relative gradient difference, its name); `batches`: each
+        global batch's micro-batches."""
         self.amp.zero_grad()
         ref_losses = []
-        for idx, targets in batches:  # as the parallel model: the batches' gradients added, divided after
-            _, ref_loss = self.model(idx, targets)
-            self.amp.backward(ref_loss)
-            ref_losses.append(ref_loss.item())
+        for micro in batches:  # as the parallel model: a batch's micro-batch losses / m (the pipeline's, so an
+            for idx, targets in micro:  # FP8 gradient is cast at the batch's size), the batches added, divided after
+                _, ref_loss = self.model(idx, targets)
+                self.amp.backward(ref_loss / len(micro))
+                ref_losses.append(ref_loss.item())
         self.amp.grads_to_master(divisor=len(batches))
         ref_loss = float(np.mean(ref_losses))
         scale = self.amp.scaler.scale

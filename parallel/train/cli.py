@@ -96,7 +96,8 @@ def build_parser():
     train.add_argument("--precision", choices=["fp32", "fp16", "bf16", "fp8-delayed", "fp8-blockwise"],
                        help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
                             "reduction; fp16 with dynamic loss scaling (minitensor.amp). fp8-*: the blocks' "
-                            "linears multiply FP8 operands (minitensor.fp8), the rest stays in --dtype. Default fp32")
+                            "linears (a mixture's experts too, not its router) multiply FP8 operands (minitensor.fp8), "
+                            "the rest stays in --dtype. Default fp32")
     train.add_argument("--moment-dtype", metavar="DTYPE",
                        help="float32 or bfloat16: the dtype AdamW keeps its two moments in (DeepSeek-V3's bf16 "
                             "moments, Megatron-LM's --exp-avg-dtype; the update is computed in the masters' dtype). "

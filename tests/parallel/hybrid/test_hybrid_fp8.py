@@ -68,13 +68,13 @@ def same_histories(scales, ref):
 
 def parallel_run(name, tile, config, layout, data, accumulate, reduce_amax=True):
     layout = dict(layout)
-    mesh_sizes = [layout.pop(axis) for axis in ("dp", "tp", "pp")]
+    mesh_sizes, ep = [layout.pop(axis) for axis in ("dp", "tp", "pp")], layout.pop("ep", 1)
 
     def run():
-        model = HybridGPT(dense(config), Mesh(*mesh_sizes), precision=policy(name, tile), **layout)
+        model = HybridGPT(dense(config), Mesh(*mesh_sizes, ep=ep), precision=policy(name, tile), **layout)
         model.configure_optimizer(lr=LR, weight_decay=0.01)
         if not reduce_amax:  # each rank keeps its own amaxes: its scales, and its FP8 numbers, drift apart
-            model.amp.fp8.groups = []
+            model.amp.fp8.groups = model.amp.fp8.expert_groups = []
         history = []
         for start in range(0, len(data), accumulate):
             losses = [model.train_step(idx, targets) for idx, targets in data[start:start + accumulate]]

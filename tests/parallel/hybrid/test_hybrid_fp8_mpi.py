@@ -15,3 +15,15 @@ def test_fp8_delayed_and_blockwise_on_four_ranks_equal_one_device_under_the_same
         worst = float(re.search(r"largest relative difference to one device over 3 step\(s\): (\S+)",
                                 result.stdout).group(1))
         assert worst <= 1e-9, result.stdout
+
+
+@requires_mpiexec
+def test_fp8_experts_on_four_ranks_equal_one_device_under_the_same_recipe():
+    """Expert parallelism over real ranks: each routed expert's amaxes MAX-reduced over its replicas (edp)."""
+    for layout in (["--dp", "4", "--ep", "2", "--zero", "2", "--precision", "fp8-delayed"],
+                   ["--dp", "2", "--ep", "2", "--tp", "2", "--shared-experts", "1", "--precision", "fp8-blockwise",
+                    "--fp8-tile", "4"]):
+        result = run_mpi(4, ["-m", "parallel.train", *TINY, "--experts", "4", *layout, "--check", "3"], timeout=240)
+        worst = float(re.search(r"largest relative difference to one device over 3 step\(s\): (\S+)",
+                                result.stdout).group(1))
+        assert worst <= 1e-9 and "ep all_to_all" in result.stdout, result.stdout

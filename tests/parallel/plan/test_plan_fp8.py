@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from minitensor.models.gpt import GPTConfig
 from parallel.plan import Layout, estimate, load_profile
-from parallel.plan.cost import stage_flops
+from parallel.plan.flops import stage_flops
 
 CONFIG = GPTConfig(vocab_size=512, block_size=256, n_layer=4, n_head=8, d_model=512)
 
@@ -38,3 +38,22 @@ def test_the_h100_profile_names_a_source_for_every_peak():
     h100 = load_profile("h100-80gb")
     assert set(h100["peak_flops_sources"]) == set(h100["peak_flops"])
     assert all(source.startswith("datasheet:") for source in h100["peak_flops_sources"].values())
+
+
+@settings(deadline=None, max_examples=10)
+@given(tp=st.sampled_from([1, 2]), k=st.integers(1, 4), shared=st.integers(0, 2), moe_every=st.sampled_from([1, 2]),
+       name=st.sampled_from(["fp8-delayed", "fp8-blockwise"]))
+def test_an_moe_blocks_experts_run_at_the_float8_peak_and_its_router_does_not(tp, k, shared, moe_every, name):
+    """Each token's k routed and S shared experts, whole on every tp rank, count at the float8 peak in place
+    of the MLP; the router (h·E per token) stays at float32's."""
+    config = GPTConfig(vocab_size=512, block_size=256, n_layer=4, n_head=8, d_model=512, n_experts=8, top_k=k,
+                       shared_experts=shared, expert_hidden=384, moe_every=moe_every)
+    h100, layout = load_profile("h100-80gb"), Layout(tp=tp, ep=1, micro_batches=2)
+    fp8 = estimate(config, layout, 8, h100, dtype=name)
+    tokens, h, moe = 4 * 256, 512, 4 // moe_every
+    attention = 8 * h * h * tokens / tp
+    linears = 3 * ((4 - moe) * (attention + 16 * h * h * tokens / tp) + moe * (attention + 4 * (k + shared) * h * 384 * tokens))
+    flops = stage_flops(config, 4, tokens, tp, False, last=True)
+    rate = h100["efficiency"]
+    by_hand = (flops - linears) / (67e12 * rate) + linears / (1979e12 * rate)
+    assert fp8.time["compute"] == pytest.approx(2 * by_hand, rel=1e-12)

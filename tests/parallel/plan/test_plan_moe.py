@@ -13,7 +13,8 @@ from parallel.comm import run_threads
 from parallel.hybrid import HybridGPT
 from parallel.mesh import Mesh
 from parallel.plan import param_bytes_per_rank, plan
-from parallel.plan.cost import block_flops, estimate, link
+from parallel.plan.cost import estimate, link
+from parallel.plan.flops import block_flops
 from parallel.plan.layout import Layout
 from parallel.plan.model import dense_param_count, is_moe_block, matmul_weight_count
 from parallel.plan.moe import (
