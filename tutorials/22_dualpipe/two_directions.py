@@ -17,14 +17,13 @@ import numpy as np
 
 import parallel  # first: it sets one BLAS thread per rank under mpiexec
 import minitensor as mt
-from minitensor.models import GPT, GPTConfig
+from minitensor.models import GPT
 from parallel import HybridGPT, Mesh
 from parallel.comm import run_on_ranks
 from parallel.launch import rank_arguments
-from v_timeline import simulated  # chapter 22's first script: check, print and draw one schedule
+from v_timeline import CONFIG, STAGES, one_device_step, simulated  # chapter 22's first script
 
-STAGES, SIM_M = 8, 20
-CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=8, n_head=4, d_model=64)
+SIM_M = 20
 
 
 def simulate(say):
@@ -48,13 +47,8 @@ def main():
     say = print if group.rank == 0 else (lambda *args: None)
     simulate(say)
 
-    p, m = group.size, 2 * group.size + 2
-    rng = np.random.default_rng(1)
-    idx, targets = (rng.integers(0, CONFIG.vocab_size, (2 * m, 16)) for _ in range(2))
-    mt.manual_seed(0)
-    gpt = GPT(CONFIG).double()
-    _, ref_loss = gpt(idx, targets)
-    ref_loss.backward()
+    p = group.size
+    m, idx, targets, gpt, ref_loss = one_device_step(p)
     ref = {n: q.grad for n, q in gpt.named_parameters()}
     mt.manual_seed(0)
     model = HybridGPT(GPT(CONFIG).double(), Mesh(1, 1, p), microbatches=m, schedule="dualpipe", chunks=2)

@@ -52,18 +52,26 @@ def simulated(say, name, ranks, m, work, formula, what=""):
     return title, timeline
 
 
+def one_device_step(p):
+    """(m, idx, targets, the float64 GPT after its backward, its loss): the step a real run on p ranks
+    repeats, m = 2p + 2 micro-batches of two sequences."""
+    m = 2 * p + 2
+    rng = np.random.default_rng(1)
+    idx, targets = (rng.integers(0, CONFIG.vocab_size, (2 * m, 16)) for _ in range(2))
+    mt.manual_seed(0)
+    gpt = GPT(CONFIG).double()
+    _, loss = gpt(idx, targets)
+    loss.backward()
+    return m, idx, targets, gpt, loss
+
+
 def main():
     group = parallel.world()
     say = print if group.rank == 0 else (lambda *args: None)
     simulate(say)
 
-    p, m = group.size, 2 * group.size + 2
-    rng = np.random.default_rng(1)
-    idx, targets = (rng.integers(0, CONFIG.vocab_size, (2 * m, 16)) for _ in range(2))
-    mt.manual_seed(0)
-    gpt = GPT(CONFIG).double()
-    _, ref_loss = gpt(idx, targets)
-    ref_loss.backward()
+    p = group.size
+    m, idx, targets, gpt, ref_loss = one_device_step(p)
     mt.manual_seed(0)
     pipe = Pipeline.from_gpt(GPT(CONFIG).double(), group, microbatches=m, schedule="dualpipev", chunks=2)
     loss = pipe.train_step(idx, targets)
