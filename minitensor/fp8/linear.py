@@ -29,6 +29,7 @@ import numpy as np
 from minitensor.nn.linear import Linear
 
 from .gemm import scaled_matmul
+from .scaling import max_over
 
 
 class Fp8LinearFunction(Linear):
@@ -77,7 +78,8 @@ class Fp8Scales:
         self.layers, self.routed = {}, set()  # routed: the names of the routed experts' linears
         for name, module in fp8_linears(model).items():
             routed = getattr(module, "routed", False)  # a tensor-parallel linear is no expert's
-            module.fp8 = recipe.layer(grad_factor, rows_in_any_order=routed)
+            groups = self.expert_groups if routed else self.groups  # current scaling reduces each cast over them
+            module.fp8 = recipe.layer(grad_factor, rows_in_any_order=routed, groups=groups)
             self.layers[name] = module.fp8
             self.routed |= {name} if routed else set()
 
@@ -91,9 +93,7 @@ class Fp8Scales:
             (experts if name.rsplit(".", 1)[0] in self.routed else dense).append(s)
         for scales, groups in ((dense, self.groups), (experts, self.expert_groups)):
             if scales:  # the ranks of a group hold the same stage, so all of them or none skip
-                amax = np.array([s.amax for s in scales])
-                for group in groups:
-                    group.all_reduce(amax, op="max")
+                amax = max_over(groups, np.array([s.amax for s in scales]))
                 for s, value in zip(scales, amax):
                     s.amax = float(value)
                     s.update()

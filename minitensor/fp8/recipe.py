@@ -31,6 +31,7 @@ from .scaling import (
     DelayedScale,
     Quantized,
     block_operand,
+    max_over,
     per_tensor,
     quantize_blocks,
     quantize_tiles,
@@ -61,12 +62,14 @@ class Fp8Recipe:
             if not ok:
                 raise ValueError(f"FP8 recipe: {name}={getattr(self, name)!r} must be {need}")
 
-    def layer(self, grad_factor=1, rows_in_any_order=False):
+    def layer(self, grad_factor=1, rows_in_any_order=False, groups=()):
         """A new layer's scaling state. rows_in_any_order: the layer's rows (tokens) arrive in an
-        order and grouping the layout decides (a routed expert's), so no tile may span rows."""
+        order and grouping the layout decides (a routed expert's), so no tile may span rows.
+        groups: the ranks holding the other parts of the layer's tensors (current scaling
+        MAX-reduces each cast's amax over them)."""
         if self.scaling == "blockwise":
             return BlockwiseScaling(self.tile, per_token_wgrad=rows_in_any_order)
-        return TensorwiseScaling(self, grad_factor)  # a per-tensor amax is a MAX: any order of rows
+        return TensorwiseScaling(self, grad_factor, groups)  # a per-tensor amax is a MAX: any order of rows
 
 
 class CurrentScale:
@@ -86,18 +89,26 @@ def transposed(a):
 
 
 class TensorwiseScaling:
-    """One scale per tensor for x, W and dY: current, or delayed (one DelayedScale each)."""
+    """One scale per tensor for x, W and dY: current, or delayed (one DelayedScale each).
 
-    def __init__(self, recipe, grad_factor=1):
+    Current scaling in a layout: a rank holds a part of the tensor one device casts (tp: a
+    shard of W, of x or dY along features; dp × cp or edp: some of the tokens of x and dY), so
+    each cast first takes the MAX of the parts' amaxes over `groups` (scaling.max_over: one
+    small all-reduce per cast, inside forward and backward). Delayed scaling reduces the
+    same amaxes over the same groups once per step instead (linear.Fp8Scales.update)."""
+
+    def __init__(self, recipe, grad_factor=1, groups=()):
         kind = DelayedScale if recipe.scaling == "delayed" else CurrentScale
         extra = (recipe.history, recipe.margin, recipe.amax_compute) if kind is DelayedScale else (recipe.margin,)
         self.formats = {"x": E4M3, "w": E4M3, "dy": E5M2}
         self.scales = {role: kind(fmt, *extra) for role, fmt in self.formats.items()}
         self.grad_factor = grad_factor
+        self.cast_groups = groups if kind is CurrentScale else ()  # delayed: reduced at the step
 
     def quantize(self, role, array):
         factor = self.grad_factor if role == "dy" else 1
-        scale = self.scales[role].scale_for(float(np.abs(array).max(initial=0.0)) / factor) / factor
+        amax = max_over(self.cast_groups, np.array([np.abs(array).max(initial=0.0)], dtype=np.float64))
+        scale = self.scales[role].scale_for(float(amax[0]) / factor) / factor
         return per_tensor(array, scale, self.formats[role])
 
     def forward_operands(self, x2, w):

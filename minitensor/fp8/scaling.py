@@ -107,6 +107,15 @@ def block_operand(q, block_scale, tile):
     return Quantized(q, np.repeat(block_scale, tile, axis=0)[:q.shape[0]], tile)
 
 
+def max_over(groups, amax):
+    """The MAX of `amax` (an array, in place) over the ranks of each group: the amax of the whole
+    tensor whose parts (or replicas) those ranks hold. A MAX is exact in any order, so every
+    layout gets the one device's value bit for bit."""
+    for group in groups:
+        group.all_reduce(amax, op="max")
+    return amax
+
+
 class DelayedScale:
     """One tensor's scale under delayed scaling (Transformer Engine's DelayedScaling):
     `observe` records the amax of each use during a step; `update`, once per optimizer step

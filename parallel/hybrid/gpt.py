@@ -36,10 +36,10 @@ the chunk (`compute_shard`), ZeRO-2 all-gathers the rounded chunks into the 16-b
 parameters after each step. Per parameter and rank: 2 + 4 + 12 bytes / (dp × cp) under
 ZeRO-3 (16-bit chunk, float32 gradient chunk, float32 master and moments; 2 + 4 + 8 with the
 policy's moment_dtype "bfloat16": AdamW's moments in bfloat16, minitensor.narrow_moments).
-Under an FP8 recipe (`precision="fp8-delayed"` or `"fp8-blockwise"`, minitensor.fp8) the blocks'
-linears multiply FP8 operands, a mixture of experts' experts too (not its router); the amaxes
-are MAX-reduced over tp and dp × cp (a routed expert's over tp and edp) once per step, so
-every layout casts with one device's scales.
+Under an FP8 recipe (`precision="fp8-current"`, `"fp8-delayed"` or `"fp8-blockwise"`, minitensor.fp8)
+the blocks' linears multiply FP8 operands, a mixture of experts' experts too (not its router); the
+amaxes are MAX-reduced over tp and dp × cp (a routed expert's over tp and edp): once per step under
+delayed scaling, at every cast under current scaling, so every layout casts with one device's scales.
 
 Every rank runs this same code on its own cell of the grid. Nothing here is new
 mechanism, only composition: `stages_for_rank` cuts the dense GPT into this rank's

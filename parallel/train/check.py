@@ -21,7 +21,7 @@ gradient, far below the difference between the policy and float64. The floor of 
 gradient that is zero in exact arithmetic is then the format's ε times the largest
 gradient (instead of 1e-6): below it, a 16-bit gradient is rounding noise.
 
-Under an FP8 recipe (--precision fp8-delayed or fp8-blockwise, float64) the reference is one
+Under an FP8 recipe (--precision fp8-current, fp8-delayed or fp8-blockwise, float64) the reference is one
 device under the same recipe, and they agree to 1e-9: the amaxes are MAX-reduced (exact, in
 any order), so every layout casts the same values with the same scales, and only the float64
 sums around the FP8 products differ (a value within float64's rounding of an FP8 rounding
@@ -36,8 +36,10 @@ from minitensor.optim import AdamW
 from .flag_checks import precision_of
 
 # 16-bit: 10 ε of the format; FP8 recipes in float64: the same FP8 operands, exact float64 sums
-TOLERANCES = {"fp64": 1e-9, "fp16": 1e-2, "bf16": 8e-2, "fp8-delayed": 1e-9, "fp8-blockwise": 1e-9}
-NOISE_FLOORS = {"fp64": 1e-6, "fp16": 2.0**-10, "bf16": 2.0**-7, "fp8-delayed": 1e-6, "fp8-blockwise": 1e-6}
+TOLERANCES = {"fp64": 1e-9, "fp16": 1e-2, "bf16": 8e-2, "fp8-current": 1e-9, "fp8-delayed": 1e-9,
+              "fp8-blockwise": 1e-9}
+NOISE_FLOORS = {"fp64": 1e-6, "fp16": 2.0**-10, "bf16": 2.0**-7, "fp8-current": 1e-6, "fp8-delayed": 1e-6,
+                "fp8-blockwise": 1e-6}
 
 
 class SingleDeviceCheck:

@@ -21,7 +21,7 @@ from ..data_parallel.comm_hooks import METHODS
 from ..pipeline.registry import SCHEDULES
 from .errors import configure_world, log_errors_to, seconds, write_error_file
 from .finite import TrainingStopped
-from .flag_checks import check_args
+from .flag_checks import FP8_PRECISIONS, check_args
 from .loop import model_config, train
 from .preflight import check_outputs
 from .task import make_task, task_defaults
@@ -38,6 +38,7 @@ EXAMPLES = """examples:
   python -m parallel.train --precision bf16                  # 16-bit compute, float32 master weights
   python -m parallel.train --threads 4 --tp 2 --pp 2 --precision fp16 --check  # vs one device, same policy
   python -m parallel.train --threads 4 --dp 2 --tp 2 --precision fp8-delayed --check  # same FP8 recipe, 1e-9
+  python -m parallel.train --threads 4 --dp 2 --tp 2 --precision fp8-current --check  # amax reduced per cast
   python -m parallel.train --threads 4 --dp 4 --zero 3 --moment-dtype bfloat16 --check  # AdamW's moments in bf16
 
 checkpoints (--save DIR): saved every --save-every steps and after the last; after saving
@@ -93,18 +94,20 @@ def build_parser():
     train.add_argument("--weight-decay", type=float, help="AdamW weight decay")
     train.add_argument("--dtype", choices=["float32", "float64"], help="parameter dtype (default float32)")
     train.add_argument("--seed", type=int, help="seed of the weights and of the batches")
-    train.add_argument("--precision", choices=["fp32", "fp16", "bf16", "fp8-delayed", "fp8-blockwise"],
+    train.add_argument("--precision", choices=["fp32", "fp16", "bf16", *FP8_PRECISIONS],
                        help="fp16/bf16: compute in 16 bits, float32 master weights, AdamW states and gradient "
                             "reduction; fp16 with dynamic loss scaling (minitensor.amp). fp8-*: the blocks' "
                             "linears (a mixture's experts too, not its router) multiply FP8 operands (minitensor.fp8), "
-                            "the rest stays in --dtype. Default fp32")
+                            "the rest stays in --dtype; fp8-current: each cast scales by its own tensor's amax, MAX-reduced "
+                            "over the ranks holding the tensor's parts at every cast (one small all-reduce each). "
+                            "Default fp32")
     train.add_argument("--moment-dtype", metavar="DTYPE",
                        help="float32 or bfloat16: the dtype AdamW keeps its two moments in (DeepSeek-V3's bf16 "
                             "moments, Megatron-LM's --exp-avg-dtype; the update is computed in the masters' dtype). "
                             "Default: the master weights' dtype"),
     train.add_argument("--fp8-history", type=int, default=16, metavar="N",
                        help="fp8-delayed: steps of amax history (default 16)")
-    train.add_argument("--fp8-margin", type=int, default=0, metavar="M", help="fp8-delayed: scale = max/amax/2^M")
+    train.add_argument("--fp8-margin", type=int, default=0, metavar="M", help="fp8-delayed, fp8-current: scale = max/amax/2^M")
     train.add_argument("--fp8-amax", choices=("max", "most_recent"), default="max",
                        help="fp8-delayed: the history's max or its newest amax (default max)")
     train.add_argument("--fp8-tile", type=int, default=128, metavar="T",
@@ -210,7 +213,7 @@ def fill_defaults(args):
         for name, value in (("top_k", min(2, args.experts)), ("moe_every", 1), ("aux_loss_coef", 0.01),
                             ("z_loss_coef", 0.0)):
             setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
-    if args.precision not in ("fp16", "bf16", "fp8-delayed", "fp8-blockwise"):
+    if args.precision not in ("fp16", "bf16", *FP8_PRECISIONS):
         args.precision = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     args.log_every = args.log_every or max(1, args.steps // 20)
     return args

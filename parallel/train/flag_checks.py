@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitensor.amp import precision_policy
+from minitensor.amp import POLICIES, precision_policy
 from minitensor.flags import AT_LEAST_0, AT_LEAST_1, NON_NEGATIVE, POSITIVE, bad_flag
 from minitensor.nn.moe import AUX_LOSS_SCOPES
 
@@ -17,6 +17,8 @@ from ..expert_parallel.composes import expert_composition_problem, moe_block_pro
 from ..pipeline.partition import check_balance
 from ..pipeline.placement import num_stages
 from ..pipeline.registry import placement_of
+
+FP8_PRECISIONS = tuple(name for name in POLICIES if name.startswith("fp8-"))  # --precision's FP8 recipes
 
 RANGES = {**dict.fromkeys(("dp", "tp", "pp", "cp", "microbatches", "chunks", "accumulate", "batch", "steps", "n_layer",
                             "n_head", "d_model", "block_size", "threads", "check", "local_steps", "ep", "top_k",
@@ -147,7 +149,8 @@ def precision_of(args):
     moments in --moment-dtype)."""
     if not args.precision.startswith("fp8-"):
         return precision_policy(args.precision, moment_dtype=args.moment_dtype)
-    recipe = ({"tile": args.fp8_tile} if args.precision == "fp8-blockwise"
+    recipe = ({"tile": args.fp8_tile} if args.precision == "fp8-blockwise" else {"margin": args.fp8_margin}
+              if args.precision == "fp8-current"
               else {"history": args.fp8_history, "margin": args.fp8_margin, "amax_compute": args.fp8_amax})
     return precision_policy(args.precision, args.dtype, args.moment_dtype, **recipe)
 

@@ -1,4 +1,4 @@
-"""`python -m parallel.train --precision fp8-delayed | fp8-blockwise` (threads backend): --check
+"""`python -m parallel.train --precision fp8-current | fp8-delayed | fp8-blockwise` (threads backend): --check
 with context parallelism, the flags' one-line errors, and a resume that continues the losses."""
 import numpy as np
 import pytest
@@ -35,8 +35,31 @@ def test_experts_under_fp8_pass_the_check(layout, capsys):
     assert result["check"] <= 1e-9 and capsys.readouterr().out.count("check step") == 3
 
 
+@pytest.mark.parametrize("layout", [["--threads", "2", "--dp", "2"], ["--threads", "2", "--tp", "2"],
+                                    ["--threads", "2", "--pp", "2", "--microbatches", "2"],
+                                    ["--threads", "4", "--cp", "2", "--tp", "2", "--sequence-parallel"],
+                                    ["--threads", "4", "--dp", "2", "--tp", "2", "--zero", "3"],
+                                    ["--threads", "4", "--dp", "4", "--ep", "2", "--experts", "4", "--zero", "2"],
+                                    ["--threads", "4", "--dp", "2", "--ep", "2", "--tp", "2", "--experts", "4",
+                                     "--shared-experts", "1"]])
+def test_fp8_current_passes_the_check_in_every_layout(layout, capsys):
+    """Each cast scales by the amax of the whole tensor one device casts: MAX-reduced over tp, dp × cp
+    (a routed expert's: edp) as it casts, so every layout quantizes the same values with the same scale."""
+    result = main(flags(*layout, "--precision", "fp8-current", "--check", "3", steps=3))
+    assert result["check"] <= 1e-9 and capsys.readouterr().out.count("check step") == 3
+
+
+def test_fp8_current_changes_the_numbers_from_the_plain_run_and_from_fp8_delayed():
+    runs = {name: main(flags("--threads", "2", "--dp", "2", *extra, steps=3))["losses"]
+            for name, extra in (("plain", []), ("current", ["--precision", "fp8-current"]),
+                                ("delayed", ["--precision", "fp8-delayed"]))}
+    assert not np.allclose(runs["current"], runs["plain"], rtol=1e-6, atol=0)
+    assert not np.allclose(runs["current"], runs["delayed"], rtol=1e-6, atol=0)  # delayed's first step casts at 1
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--precision", "fp8-delayed", "--fp8-margin", "-1"], "--fp8-margin=-1 must be ≥ 0"),
+    (["--precision", "fp8-current", "--fp8-margin", "-1"], "--fp8-margin=-1 must be ≥ 0"),
     (["--precision", "fp8-delayed", "--fp8-history", "0"], "--fp8-history=0 must be ≥ 1"),
     (["--precision", "fp8-blockwise"], "--fp8-tile 128 does not divide --d-model = 16"),
     (["--precision", "fp8-blockwise", "--fp8-tile", "16", "--threads", "2", "--tp", "2"],

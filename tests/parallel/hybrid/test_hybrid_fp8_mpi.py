@@ -27,3 +27,15 @@ def test_fp8_experts_on_four_ranks_equal_one_device_under_the_same_recipe():
         worst = float(re.search(r"largest relative difference to one device over 3 step\(s\): (\S+)",
                                 result.stdout).group(1))
         assert worst <= 1e-9 and "ep all_to_all" in result.stdout, result.stdout
+
+
+@requires_mpiexec
+def test_fp8_current_on_four_ranks_reduces_each_casts_amax_and_equals_one_device():
+    """Current scaling over real ranks: every cast's amax MAX-reduced over tp and dp (a routed expert's over
+    edp) inside forward and backward, one small all-reduce per cast."""
+    for layout in (["--dp", "2", "--tp", "2", "--zero", "2"], ["--dp", "4", "--ep", "2", "--experts", "4"]):
+        result = run_mpi(4, ["-m", "parallel.train", *TINY, *layout, "--precision", "fp8-current", "--check", "3"],
+                         timeout=240)
+        worst = float(re.search(r"largest relative difference to one device over 3 step\(s\): (\S+)",
+                                result.stdout).group(1))
+        assert worst <= 1e-9, result.stdout
