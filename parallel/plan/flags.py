@@ -70,7 +70,7 @@ def build_parser():
                         f"{', '.join(packaged_profiles())}, a calibrated name, or a JSON path")
     parser.add_argument("--mem-per-device", type=parse_size,
                         help="memory per device, e.g. 8GB or 8GiB (default: the profile's)")
-    parser.add_argument("--dtype", choices=["auto", *PRECISIONS, "fp16", "bf16", "fp8-delayed", "fp8-blockwise"],
+    parser.add_argument("--dtype", choices=["auto", *PRECISIONS, "fp16", "bf16", "fp8-current", "fp8-delayed", "fp8-blockwise"],
                         default="auto", help="float32, float64, or mixed (16-bit with fp32 master + states); "
                         "fp16/bf16/fp8-*: the precision policy as `python -m parallel.train --precision` keeps it "
                         "(fp16/bf16: +4 bytes of fp32 master gradient; fp8: the blocks' linears at the device's "

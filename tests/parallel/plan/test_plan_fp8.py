@@ -14,7 +14,7 @@ CONFIG = GPTConfig(vocab_size=512, block_size=256, n_layer=4, n_head=8, d_model=
 
 @settings(deadline=None, max_examples=10)
 @given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), recompute=st.booleans(),
-       name=st.sampled_from(["fp8-delayed", "fp8-blockwise"]))
+       name=st.sampled_from(["fp8-current", "fp8-delayed", "fp8-blockwise"]))
 def test_the_linears_run_at_the_float8_peak_and_the_rest_at_float32s(tp, pp, recompute, name):
     h100 = load_profile("h100-80gb")
     layout = Layout(tp=tp, pp=pp, micro_batches=2, recompute=recompute)
@@ -42,7 +42,7 @@ def test_the_h100_profile_names_a_source_for_every_peak():
 
 @settings(deadline=None, max_examples=10)
 @given(tp=st.sampled_from([1, 2]), k=st.integers(1, 4), shared=st.integers(0, 2), moe_every=st.sampled_from([1, 2]),
-       name=st.sampled_from(["fp8-delayed", "fp8-blockwise"]))
+       name=st.sampled_from(["fp8-current", "fp8-delayed", "fp8-blockwise"]))
 def test_an_moe_blocks_experts_run_at_the_float8_peak_and_its_router_does_not(tp, k, shared, moe_every, name):
     """Each token's k routed and S shared experts, whole on every tp rank, count at the float8 peak in place
     of the MLP; the router (h·E per token) stays at float32's."""
