@@ -28,6 +28,8 @@ cp: each rank computes its s/cp tokens (T = b·s/cp above; attention still sees 
     runs the forward again). They overlap the block's attention compute (each send is
     issued before the block before it is computed), so only the excess is charged:
     max(0, ring time − attention time). The dp gradients are reduced over dp·cp ranks.
+fp8-current: every cast all-reduces its amax (one number) over tp and the tensor's replicas as it casts
+    (amax_seconds): 4 casts per linear and micro-batch (6 when recomputed), 2(n−1)α each, latency only.
 A mixture of experts: an MoE block's router and each token's k experts run whole on every
 tp rank (2·(h·E + k·2·h·f) flops per token and pass, not divided by tp); per MoE block and
 micro-batch over ep ranks, the counts and two row all-to-alls forward and two backward
@@ -113,6 +115,21 @@ def check_experts_layout(config, layout):
                              "parallelism is not composed with experts (they run whole on every tp rank)")
     elif layout.ep > 1:
         raise ValueError(f"ep={layout.ep} needs a mixture of experts (config.n_experts > 0)")
+
+
+def amax_seconds(config, layout, blocks, link_of):
+    """fp8-current's amax all-reduces per micro-batch on a stage holding `blocks` (minitensor.fp8.recipe):
+    each cast (x, W, and dY for dgrad and for wgrad; x and W again when recomputed) reduces one number
+    over tp and over the replicas: dp × cp for a block's 6 linears (an MoE block: attention's 4 and
+    2 per shared expert), edp for 2 per local routed expert (E/ep, each cast even without tokens)."""
+    def one(stride, n):
+        return ring_all_reduce(n, 4, *link_of(stride, n)[1:])
+
+    tp, edp = one(1, layout.tp), layout.dp // layout.ep * layout.cp
+    moe = moe_blocks(config, blocks)
+    dense = (6 * (len(blocks) - moe) + moe * (4 + 2 * config.shared_experts)) * (tp + one(layout.tp, layout.dp * layout.cp))
+    routed = moe * 2 * (config.n_experts // layout.ep) * (tp + one(layout.tp * layout.ep, edp))
+    return (6 if layout.recompute else 4) * (dense + routed)
 
 
 def sharded_seconds(zero, ranks, grad_bytes, gather_bytes, m, alpha, beta):
@@ -206,13 +223,15 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
         compute = flops / rate - fp8_seconds(profile, precision, config, blocks, tokens, layout.tp, layout.recompute, rate)
         tp_mb, cp_mb = count * tp_collectives * tp_one, count * cp_block
         ep_mb = moe_blocks(config, blocks) * ep_layer
-        stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb, compute, tp_mb, cp_mb, ep_mb, pp_mb))
+        amax_mb = amax_seconds(config, layout, blocks, partial(link, profile)) if precision.name == "fp8-current" else 0.0
+        stage_times.append((compute + tp_mb + cp_mb + pp_mb + ep_mb + amax_mb, compute, tp_mb, cp_mb, ep_mb, pp_mb,
+                            amax_mb))
         lines.append(f"stage {stage}: flops/mb = {flops:.4g} → compute {compute:.4g} s; "
                      f"tp {count} blocks × {tp_collectives} all-reduce × {tp_one:.3g} s "
                      f"= {tp_mb:.4g} s; pp 2 × p2p = {pp_mb:.4g} s")
     rank_times = list(zip(*(per_rank(layout.schedule, p, column) for column in zip(*stage_times))))  # plan.dual
     slowest = max(range(p), key=lambda i: rank_times[i][0])
-    t_stage, compute_mb, tp_mb, cp_mb, ep_mb, pp_mb = rank_times[slowest]
+    t_stage, compute_mb, tp_mb, cp_mb, ep_mb, pp_mb, amax_mb = rank_times[slowest]
     if layout.schedule in DUAL:
         lines.append(f"{layout.schedule}: (stage, share of m) per rank {[held_stages(layout.schedule, p, r) for r in range(p)]}"
                      f", per micro-batch {', '.join(f'{t[0]:.4g}' for t in rank_times)} s")
@@ -221,13 +240,14 @@ def estimate(config, layout, batch, profile, dtype="float32", balance=None, comp
     lines.append(dp_line)
 
     comm = {"tp": m * tp_mb, "pp": m * pp_mb, "dp": dp_time, **({"cp": m * cp_mb} if cp > 1 else {}),
-            **({"ep": m * ep_mb} if ep_layer else {})}
+            **({"ep": m * ep_mb} if ep_layer else {}), **({"fp8 amax": m * amax_mb} if amax_mb else {})}
     slots = bubble_slots(layout.schedule, p, m, layout.recompute)
     time = {"compute": m * compute_mb, "comm": sum(comm.values()), "bubble": slots * t_stage}
     time["total"] = sum(time.values())
     lines.append(f"slowest stage {slowest}: t_stage = {t_stage:.4g} s; compute = m·{compute_mb:.4g}"
                  f" = {time['compute']:.4g} s; comm = m·({tp_mb:.4g} + {pp_mb:.4g}"
-                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}{f' + ep {ep_mb:.4g}' if ep_layer else ''}) + "
+                 f"{f' + cp {cp_mb:.4g}' if cp > 1 else ''}{f' + ep {ep_mb:.4g}' if ep_layer else ''}"
+                 f"{f' + fp8 amax {amax_mb:.4g}' if amax_mb else ''}) + "
                  f"{dp_time:.4g} = {time['comm']:.4g} s")
     lines.append(f"bubble = {slots:.4g}·t_stage ({layout.schedule}) = {slots:.4g}·{t_stage:.4g} = "
                  f"{time['bubble']:.4g} s (fraction {slots / (m + slots):.3f} of the pipelined time)")

@@ -57,3 +57,32 @@ def test_an_moe_blocks_experts_run_at_the_float8_peak_and_its_router_does_not(tp
     rate = h100["efficiency"]
     by_hand = (flops - linears) / (67e12 * rate) + linears / (1979e12 * rate)
     assert fp8.time["compute"] == pytest.approx(2 * by_hand, rel=1e-12)
+
+
+@settings(deadline=None, max_examples=8)
+@given(tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 4]), recompute=st.booleans())
+def test_fp8_current_pays_one_amax_all_reduce_per_cast_over_tp_and_dp(tp, dp, recompute):
+    """Each linear casts x, W and dY twice per micro-batch (x, W again when recomputed), each cast
+    an all-reduce of one number over tp and over dp: latency, by hand; delayed scaling pays none."""
+    h100 = load_profile("h100-80gb")
+    layout = Layout(dp=dp, tp=tp, micro_batches=2, recompute=recompute)
+    current, delayed = (estimate(CONFIG, layout, 8, h100, dtype=d) for d in ("fp8-current", "fp8-delayed"))
+    alpha, beta = h100["intra"]["alpha_us"] * 1e-6, 1 / (h100["intra"]["bandwidth_gbps"] * 1e9)  # tp·dp ≤ 8: NVLink
+    one = sum(2 * (n - 1) * (alpha + 4 / n * beta) for n in (tp, dp))
+    by_hand = 2 * CONFIG.n_layer * 6 * (6 if recompute else 4) * one
+    assert current.comm.get("fp8 amax", 0.0) == pytest.approx(by_hand, rel=1e-9)
+    assert "fp8 amax" not in delayed.comm and current.time["compute"] == delayed.time["compute"]
+
+
+def test_fp8_current_reduces_a_routed_experts_casts_over_edp_as_the_train_run_counts_them():
+    """dp 4, ep 2, 4 experts and 1 shared per block: attention's 4 and the shared expert's 2 linears cast over
+    dp, the 2 local experts' 2 each over edp = 2: 48 and 32 all-reduces per step at 2 blocks and one micro-batch,
+    what `parallel.train --threads 4 --dp 4 --ep 2 --experts 4 --shared-experts 1 --n-layer 2` counts beyond
+    fp8-delayed's (dp 52 against 5 calls, edp 33 against 2, each less delayed's one step reduction)."""
+    h100 = load_profile("h100-80gb")
+    config = GPTConfig(vocab_size=512, block_size=256, n_layer=2, n_head=8, d_model=512, n_experts=4, top_k=2,
+                       shared_experts=1)
+    current = estimate(config, Layout(dp=4, ep=2, micro_batches=1), 8, h100, dtype="fp8-current")
+    alpha, beta = h100["intra"]["alpha_us"] * 1e-6, 1 / (h100["intra"]["bandwidth_gbps"] * 1e9)
+    dp, edp = (2 * (n - 1) * (alpha + 4 / n * beta) for n in (4, 2))
+    assert current.comm["fp8 amax"] == pytest.approx(48 * dp + 32 * edp, rel=1e-9)
