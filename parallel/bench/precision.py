@@ -1,5 +1,6 @@
 """`python -m parallel.bench precision`: step time and bytes per rank under fp32, fp16, bf16 and
-the FP8 recipes (fp8-delayed, fp8-blockwise: minitensor.fp8).
+the FP8 recipes (fp8-current, fp8-delayed, fp8-blockwise: minitensor.fp8; fp8-current all-reduces
+an amax per cast, which a --dp run shows).
 
 On a CPU this shows memory, not speed. numpy has no fast 16-bit arithmetic: its float16
 GEMM runs without BLAS, and its float32 ↔ float16 conversion and float16 elementwise
@@ -84,7 +85,7 @@ def main(argv=None):
 def run(args):
     print(gemm_table(args.gemm, repeats=10))
     config = GPTConfig(vocab_size=64, block_size=32, n_layer=args.n_layer, n_head=4, d_model=args.d_model)
-    policies = ["fp32", "fp16"] + (["bf16"] if dtypes.bfloat16 is not None else []) + ["fp8-delayed", "fp8-blockwise"]
+    policies = ["fp32", "fp16"] + (["bf16"] if dtypes.bfloat16 is not None else []) + ["fp8-current", "fp8-delayed", "fp8-blockwise"]
     print(f"\nGPT n_layer={args.n_layer} d_model={args.d_model} block 32, batch {args.batch}, dp={args.dp} "
           f"(threads), median of {args.steps} steps; bytes of rank 0 measured | planner formula")
     print(f"  {'policy':<14}{'step ms':>9}{'vs fp32':>9}{'params':>24}{'grads':>24}{'optim':>24}{'total':>24}")
