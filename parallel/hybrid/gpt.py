@@ -62,7 +62,7 @@ from ..expert_parallel import shard_experts
 from ..pipeline.executor import Pipeline
 from ..pipeline.partition import stages_for_rank
 from ..pipeline.registry import placement_of
-from ..pipeline.tied import MirroredGradients, TiedGradients
+from ..pipeline.tied import copies_to_sum
 from ..tensor_parallel import TensorParallelStage
 from .accounting import LayoutAccounting
 from .dense_view import DenseView
@@ -111,9 +111,6 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         if mesh.ep > 1:  # this rank keeps E/ep experts of each MoE layer (expert_parallel.dispatch)
             shard_experts(gpt, mesh.ep_group)
         placement = placement_of(schedule)
-        if placement == "mirror" and ties:
-            raise ValueError(f"schedule 'dualpipe' with {config.name}: pp rank 0 would hold both ends, where the "
-                             "tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
         dense_stages = stages_for_rank(gpt, mesh.pp_rank, mesh.pp, chunks, balance, placement)
         self.stages = [TensorParallelStage(stage, mesh.tp_group, sequence_parallel, seed, self.context)
                        for stage in dense_stages]
@@ -121,7 +118,7 @@ class HybridGPT(DenseView, LayoutAccounting, ParallelModel):
         for moe in self.moe_layers():  # the balancing loss's tokens: a sequence over cp, a micro-batch over dp × cp
             moe.set_token_group_ranks(mesh.cp_group if mesh.cp > 1 else None,
                                       mesh.dp_cp_group if mesh.dp * mesh.cp > 1 else None)
-        self.tied = MirroredGradients(self.stages, mesh) if placement == "mirror" else TiedGradients(self.stages, mesh, ties)
+        self.tied = copies_to_sum(self.stages, mesh, ties, placement, config.name)
         # Under a mixed policy the optimizer and the replicas' reductions work on the float32 masters.
         # An FP8 recipe's amaxes are MAX-reduced over the ranks holding parts of one tensor (tp, the
         # replicas: dp × cp, a routed expert's edp); a replica's gradients are dp·cp times the single

@@ -72,3 +72,14 @@ class MirroredGradients(TiedGradients):
         self.group = pair_group(mesh, paired=True)
         # end exercise
         self.left_out = {name for name, _ in stages[1].named_parameters()}
+
+
+def copies_to_sum(stages, mesh, ties, placement, model_name):
+    """The parameters held twice whose gradients are summed, by the pipeline's placement: every
+    stage's two copies under DualPipe's "mirror", else the tied ends (if the model ties any)."""
+    if placement != "mirror":
+        return TiedGradients(stages, mesh, ties)
+    if ties:
+        raise ValueError(f"schedule 'dualpipe' with {model_name}: pp rank 0 would hold both ends, where the "
+                         "tied embedding's two uses are one parameter, not two copies to sum; use 1f1b")
+    return MirroredGradients(stages, mesh)
