@@ -29,3 +29,16 @@ def assert_close(got, ref, err_msg=""):
     ref = np.asarray(ref)
     atol = 1e-12 * max(1.0, float(np.abs(ref).max())) if ref.size else 0.0
     np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-9, atol=atol, err_msg=err_msg)
+
+
+def train_history(model, data, accumulate):
+    """A parallel model (parallel.ParallelModel) stepped once per `accumulate` batches of `data`;
+    per step: (mean loss, {name: gradient}, {name: parameter after the step}), the whole model's
+    on every rank, to hold against one device's."""
+    history = []
+    for start in range(0, len(data), accumulate):
+        losses = [model.train_step(idx, targets) for idx, targets in data[start:start + accumulate]]
+        grads = model.full_grads()
+        model.optimizer_step()
+        history.append((float(np.mean(losses)), grads, model.full_state_dict()))
+    return history

@@ -7,6 +7,7 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+from helpers import train_history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import seeds, zero_layouts
@@ -85,13 +86,7 @@ def parallel_run(name, tile, config, layout, data, accumulate, reduce_amax=True)
         model.configure_optimizer(lr=LR, weight_decay=0.01)
         if not reduce_amax:  # each rank keeps its own amaxes: its scales, and its FP8 numbers, drift apart
             model.amp.fp8.groups = model.amp.fp8.expert_groups = []
-        history = []
-        for start in range(0, len(data), accumulate):
-            losses = [model.train_step(idx, targets) for idx, targets in data[start:start + accumulate]]
-            grads = model.full_grads()
-            model.optimizer_step()
-            history.append((float(np.mean(losses)), grads, model.full_state_dict()))
-        return history, model.amp.fp8.state_dict() if model.amp.fp8 else {}
+        return train_history(model, data, accumulate), model.amp.fp8.state_dict() if model.amp.fp8 else {}
 
     return run_threads(math.prod(mesh_sizes), run, timeout=120)
 

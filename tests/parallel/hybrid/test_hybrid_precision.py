@@ -14,6 +14,7 @@
 """
 import numpy as np
 import pytest
+from helpers import train_history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import seeds, zero_layouts
@@ -151,13 +152,7 @@ def test_any_16_bit_layout_equals_one_device_under_the_same_policy(drawn, precis
 def check_16_bit_layout(precision, layout, accumulate, config, data, floor=None):
     def run():
         model = hybrid(layout, precision, scaler=SCALER16, lr=LR16, config=config)
-        history = []
-        for start in range(0, len(data), accumulate):
-            losses = [model.train_step(idx, targets) for idx, targets in data[start:start + accumulate]]
-            grads = model.full_grads()
-            model.optimizer_step()
-            history.append((float(np.mean(losses)), grads, model.full_state_dict()))
-        return history
+        return train_history(model, data, accumulate)
 
     world = layout["dp"] * layout["tp"] * layout["pp"]
     histories = run_threads(world, run, timeout=120)
